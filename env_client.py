@@ -1,0 +1,284 @@
+"""Talks to the environment server and runs episodes on it.
+
+One episode: reset, then up to `max_turns` turns of observe -> prompt -> generate -> parse action -> step.
+A batch of episodes runs concurrently, one server session each, and each turn's generation is one batched
+call over the episodes still running.
+
+An episode is kept as one token sequence, exactly as the policy saw and wrote it: the first prompt, then
+for each turn the sampled reply followed by the environment's next message, rendered with the chat
+template and never re-tokenized. `env_mask` marks the sampled tokens (1) apart from the environment's (0),
+so a trainer scores every reply against the very context it was sampled from.
+"""
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+
+from actions import describe_actions, parse_action
+from env_server import BrowserGymAction, BrowserGymObservation, BrowserGymState
+
+log = logging.getLogger("env_client")
+
+SYSTEM_PROMPT = (
+    "You control a web browser to complete a task. Each turn you get the page as an accessibility tree, "
+    "where [N] is the id (bid) of an element. Reply with exactly one action.\n\n" + describe_actions()
+)
+
+# Token ids of the contexts to continue -> (sampled token ids, their log-probabilities), one per context.
+GenerateFn = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]]]]
+
+
+class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
+    """OpenEnv client for env_server.py, and for OpenEnv's public BrowserGym environment."""
+
+    def _step_payload(self, action: BrowserGymAction) -> dict[str, Any]:
+        return {"action_str": action.action_str, "metadata": action.metadata}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[BrowserGymObservation]:
+        fields = BrowserGymObservation.model_fields.keys()
+        observation = BrowserGymObservation(
+            **{k: v for k, v in payload.get("observation", {}).items() if k in fields},
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+        )
+        return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))
+
+    def _parse_state(self, payload: dict[str, Any]) -> BrowserGymState:
+        return BrowserGymState(**{k: v for k, v in payload.items() if k in BrowserGymState.model_fields})
+
+    async def disconnect(self) -> None:
+        """Ends the session and waits for the server to close the socket, which it does once the session's
+        browser is closed: the server's resources are released when this returns."""
+        if self._ws is not None:
+            try:
+                await self._send({"type": "close"})
+                await asyncio.wait_for(self._ws.wait_closed(), timeout=30)
+            except (OSError, asyncio.TimeoutError, ConnectionError):
+                pass
+        await super().disconnect()
+
+
+class LocalEnvServer:
+    """env_server.py as a child process for the length of a `with` block; its browsers go with it."""
+
+    def __init__(self, task: str, max_sessions: int, startup_timeout_s: float = 180.0):
+        self.task = task
+        self.max_sessions = max_sessions
+        self.startup_timeout_s = startup_timeout_s
+        self.url = ""
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "LocalEnvServer":
+        port = free_port()
+        script = Path(__file__).with_name("env_server.py")
+        command = [sys.executable, str(script), "--port", str(port), "--task", self.task]
+        command += ["--max-sessions", str(self.max_sessions)]
+        # Its own process group, so that stopping it also stops the browsers it launched.
+        self._process = subprocess.Popen(command, start_new_session=True)
+        self.url = f"http://127.0.0.1:{port}"
+        log.info("starting a local environment server at %s (pid %d)", self.url, self._process.pid)
+        try:
+            self._wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        os.killpg(self._process.pid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+        log.info("stopped the local environment server")
+
+    def _wait_until_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"the environment server exited with status {self._process.returncode}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.25)
+        raise TimeoutError(f"the environment server was not healthy after {self.startup_timeout_s:.0f}s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ChatTurns:
+    """Renders the conversation of an episode into token ids with the model's own chat template."""
+
+    def __init__(self, tokenizer, max_page_chars: int = 2000):
+        self.tokenizer = tokenizer
+        self.max_page_chars = max_page_chars
+        # What the template writes after an assistant reply ends, found by rendering one: with the reply's
+        # end-of-turn token already sampled by the model, only the rest of it is the environment's.
+        reply = "\x00reply\x00"
+        self._probe = [{"role": "user", "content": "goal"}, {"role": "assistant", "content": reply}]
+        self._rendered_probe = self._render(self._probe)
+        self._after_reply = self._rendered_probe[self._rendered_probe.rindex(reply) + len(reply) :]
+
+    def first_prompt(self, observation: BrowserGymObservation) -> list[int]:
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"Goal: {observation.goal}\n\n{self.page(observation)}"},
+        ]
+        return self._encode(self._render(messages, add_generation_prompt=True))
+
+    def next_turn(self, reply_ids: list[int], user_text: str) -> list[int]:
+        """The tokens between one sampled reply and the next: end of the reply, user message, reply header."""
+        with_user = self._render(self._probe + [{"role": "user", "content": user_text}], add_generation_prompt=True)
+        opening = with_user[len(self._rendered_probe) :]
+        closing = self._after_reply
+        eos = self.tokenizer.eos_token
+        if reply_ids and reply_ids[-1] == self.tokenizer.eos_token_id and closing.startswith(eos):
+            closing = closing[len(eos) :]
+        return self._encode(closing + opening)
+
+    def page(self, observation: BrowserGymObservation) -> str:
+        text = observation.axtree_txt or observation.text
+        if len(text) > self.max_page_chars:
+            text = text[: self.max_page_chars] + "\n[... page truncated]"
+        return f"Page:\n{text}"
+
+    def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def feedback(turn: int, action: str | None, observation: BrowserGymObservation) -> str:
+    """The user message after a turn: what happened, then the page as it is now."""
+    if action is None:
+        outcome = "Your reply contained no valid action. Reply with exactly one action, for example click('12')."
+    elif observation.error:
+        outcome = f"Action {action} failed: {observation.error.strip()[:500]}"
+    else:
+        outcome = f"Action {action} done."
+    return f"Step {turn + 1}. {outcome}"
+
+
+@dataclass
+class Episode:
+    task_name: str
+    seed: int
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    actions: list[str | None] = field(default_factory=list)
+    done: bool = False
+    env_reward: float = 0.0
+    observation: BrowserGymObservation | None = None
+
+    @property
+    def turns(self) -> int:
+        return len(self.actions)
+
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    def add_reply(self, ids: list[int], logprobs: list[float]) -> None:
+        self.completion_ids += ids
+        self.env_mask += [1] * len(ids)
+        self.logprobs += logprobs
+
+    def add_environment(self, ids: list[int]) -> None:
+        self.completion_ids += ids
+        self.env_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
+
+class EpisodeRunner:
+    """Runs batches of episodes against one environment server, keeping a WebSocket session per slot.
+
+    The sessions live on one private event loop, so they persist from batch to batch.
+    """
+
+    def __init__(self, base_url: str, tokenizer, max_turns: int = 10, max_page_chars: int = 2000):
+        self.base_url = base_url
+        self.max_turns = max_turns
+        self.chat = ChatTurns(tokenizer, max_page_chars)
+        self.tokenizer = tokenizer
+        self._loop = asyncio.new_event_loop()
+        self._clients: list[BrowserGymEnv] = []
+
+    def run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
+        """Plays one episode per (task_name, seed) and returns them in the same order."""
+        return self._loop.run_until_complete(self._run(specs, generate))
+
+    def close(self) -> None:
+        for client in self._clients:
+            self._loop.run_until_complete(client.close())
+        self._clients = []
+        self._loop.close()
+
+    async def _run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
+        clients = await self._sessions(len(specs))
+        episodes = [Episode(task_name, seed) for task_name, seed in specs]
+        results = await asyncio.gather(
+            *(client.reset(task_name=ep.task_name, seed=ep.seed) for client, ep in zip(clients, episodes))
+        )
+        for ep, result in zip(episodes, results):
+            ep.observation = result.observation
+            ep.prompt_ids = self.chat.first_prompt(result.observation)
+
+        for turn in range(self.max_turns):
+            running = [i for i, ep in enumerate(episodes) if not ep.done]
+            if not running:
+                break
+            reply_ids, reply_logprobs = generate([episodes[i].context() for i in running])
+            replies = self.tokenizer.batch_decode(reply_ids, skip_special_tokens=True)
+            actions = [parse_action(text) for text in replies]
+            steps = await asyncio.gather(
+                *(
+                    clients[i].step(BrowserGymAction(action_str=action))
+                    for i, action in zip(running, actions)
+                    if action is not None
+                )
+            )
+            stepped = iter(steps)
+            for i, ids, logprobs, action in zip(running, reply_ids, reply_logprobs, actions):
+                ep = episodes[i]
+                ep.add_reply(ids, logprobs)
+                ep.actions.append(action)
+                if action is not None:
+                    result = next(stepped)
+                    ep.observation, ep.done = result.observation, result.done
+                    ep.env_reward = float(result.reward or 0.0)
+                if not ep.done and turn + 1 < self.max_turns:
+                    message = f"{feedback(turn, action, ep.observation)}\n\n{self.chat.page(ep.observation)}"
+                    ep.add_environment(self.chat.next_turn(ids, message))
+        return episodes
+
+    async def _sessions(self, count: int) -> list[BrowserGymEnv]:
+        while len(self._clients) < count:
+            client = BrowserGymEnv(base_url=self.base_url, message_timeout_s=120.0)
+            await client.connect()
+            self._clients.append(client)
+        return self._clients[:count]

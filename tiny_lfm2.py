@@ -1,0 +1,88 @@
+"""Builds a tiny, randomly initialised LFM2 and its tokenizer, for tests and the CPU smoke run.
+
+    python tiny_lfm2.py --output .cache/tiny-lfm2
+
+It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
+template and special-token ids, and a byte-level BPE vocabulary of about a thousand tokens, so every code
+path of the recipe runs on it in seconds. It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the
+hub cannot be reached.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+import trl
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import Lfm2Config, Lfm2ForCausalLM, PreTrainedTokenizerFast
+
+from actions import describe_actions
+
+# LFM2's own special tokens, in the order that gives them LFM2's ids (pad 0, bos 1, <|im_end|> 7).
+SPECIAL_TOKENS = [
+    "<|pad|>",
+    "<|startoftext|>",
+    "<|endoftext|>",
+    "<|fim_pre|>",
+    "<|fim_mid|>",
+    "<|fim_suf|>",
+    "<|im_start|>",
+    "<|im_end|>",
+]
+LFM2_CHAT_TEMPLATE = Path(trl.__file__).parent / "chat_templates" / "lfm2.jinja"
+
+
+def tokenizer_corpus() -> list[str]:
+    page = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'\n\t\tInlineTextBox 'Click Me!'"
+    return [describe_actions(), page, "Goal: Click the button.", "click('13')", "fill('5', 'hello')"] * 10
+
+
+def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token="<|startoftext|>",
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        chat_template=LFM2_CHAT_TEMPLATE.read_text(),
+    )
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Lfm2ForCausalLM:
+    torch.manual_seed(seed)
+    config = Lfm2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        block_auto_adjust_ff_dim=False,
+        num_hidden_layers=2,
+        layer_types=["conv", "full_attention"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return Lfm2ForCausalLM(config)
+
+
+def build_tiny_lfm2(output_dir: str | Path) -> Path:
+    output_dir = Path(output_dir)
+    tokenizer = build_tokenizer()
+    build_model(tokenizer).save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return output_dir
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default=".cache/tiny-lfm2")
+    path = build_tiny_lfm2(parser.parse_args().output)
+    print(f"tiny LFM2 written to {path}")
