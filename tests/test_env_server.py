@@ -1,0 +1,106 @@
+"""A real env_server.py process driving real Chromium, reached through the OpenEnv client."""
+
+import asyncio
+import urllib.request
+
+import pytest
+
+from env_client import BrowserGymEnv
+from env_server import BrowserGymAction
+
+
+@pytest.fixture
+def env(env_server):
+    with BrowserGymEnv(base_url=env_server.url).sync() as client:
+        yield client
+
+
+def click(bid: str) -> BrowserGymAction:
+    return BrowserGymAction(action_str=f"click('{bid}')")
+
+
+def button_bid(axtree: str) -> str:
+    line = next(line for line in axtree.splitlines() if "button 'Click Me!'" in line)
+    return line.strip().split("]")[0].lstrip("[")
+
+
+def test_health_answers(env_server):
+    with urllib.request.urlopen(f"{env_server.url}/health") as response:
+        assert response.status == 200
+
+
+def test_reset_gives_the_goal_and_an_accessibility_tree_with_the_button(env):
+    result = env.reset(seed=0)
+    obs = result.observation
+    assert obs.goal == "Click the button."
+    assert "button 'Click Me!'" in obs.axtree_txt
+    assert obs.text == obs.axtree_txt
+    assert "Click Me!" in obs.pruned_html
+    assert obs.url.endswith("click-test.html")
+    assert obs.screenshot is None  # off unless asked for
+    assert (result.done, result.reward, obs.error, obs.last_action_error) == (False, 0.0, "", False)
+
+
+def test_clicking_the_button_solves_the_task(env):
+    obs = env.reset(seed=1).observation
+    result = env.step(click(button_bid(obs.axtree_txt)))
+    assert (result.reward, result.done) == (1.0, True)
+    assert result.observation.error == ""
+
+
+def test_a_wrong_bid_is_an_error_observation_and_the_session_keeps_working(env):
+    obs = env.reset(seed=2).observation
+    wrong = env.step(click("9999"))
+    assert wrong.observation.last_action_error
+    assert 'Could not find element with bid "9999"' in wrong.observation.error
+    assert (wrong.reward, wrong.done) == (0.0, False)
+    right = env.step(click(button_bid(obs.axtree_txt)))
+    assert (right.reward, right.done) == (1.0, True)
+
+
+def test_a_disallowed_action_is_refused_as_an_error(env):
+    env.reset(seed=3)
+    result = env.step(BrowserGymAction(action_str="goto('https://example.com')"))
+    assert result.observation.last_action_error
+    assert "goto" in result.observation.error
+    assert result.observation.url.endswith("click-test.html")
+    assert (result.reward, result.done) == (0.0, False)
+
+
+def test_task_is_chosen_per_reset_and_an_unknown_task_is_a_clear_error(env):
+    assert env.reset(task_name="enter-text", seed=0).observation.url.endswith("enter-text.html")
+    with pytest.raises(RuntimeError, match="unknown MiniWoB task 'no-such-task'"):
+        env.reset(task_name="no-such-task")
+    assert env.reset(seed=0).observation.url.endswith("click-test.html")  # back to the server's default task
+
+
+def test_screenshot_on_request(env):
+    obs = env.reset(seed=0, screenshot=True).observation
+    height, width, channels = len(obs.screenshot), len(obs.screenshot[0]), len(obs.screenshot[0][0])
+    assert channels == 3 and height > 100 and width > 100
+
+
+def test_the_same_seed_gives_the_same_task_instance(env):
+    first = env.reset(task_name="click-button", seed=7).observation
+    second = env.reset(task_name="click-button", seed=7).observation
+    assert (first.goal, first.axtree_txt) == (second.goal, second.axtree_txt)
+
+
+def test_concurrent_sessions_do_not_see_each_others_pages(env_server):
+    async def scenario():
+        a, b = BrowserGymEnv(base_url=env_server.url), BrowserGymEnv(base_url=env_server.url)
+        try:
+            reset_a, reset_b = await asyncio.gather(a.reset(seed=4), b.reset(task_name="enter-text", seed=4))
+            assert reset_a.observation.url.endswith("click-test.html")
+            assert reset_b.observation.url.endswith("enter-text.html")
+            stepped_a, state_b = await asyncio.gather(
+                a.step(click(button_bid(reset_a.observation.axtree_txt))), b.step(BrowserGymAction(action_str="noop(10)"))
+            )
+            assert (stepped_a.reward, stepped_a.done) == (1.0, True)
+            assert (state_b.reward, state_b.done) == (0.0, False)
+            assert state_b.observation.goal == reset_b.observation.goal
+            assert "Click Me!" not in state_b.observation.axtree_txt
+        finally:
+            await asyncio.gather(a.close(), b.close())
+
+    asyncio.run(scenario())

@@ -1,0 +1,57 @@
+from env_client import SYSTEM_PROMPT, ChatTurns, feedback
+from env_server import BrowserGymObservation
+
+PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
+
+
+def observation(**fields):
+    return BrowserGymObservation(goal="Click the button.", axtree_txt=PAGE, text=PAGE, **fields)
+
+
+def test_first_prompt_is_system_then_goal_and_page_then_assistant_header(tokenizer):
+    text = tokenizer.decode(ChatTurns(tokenizer).first_prompt(observation()))
+    assert text.startswith("<|startoftext|><|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n")
+    assert "<|im_start|>user\nGoal: Click the button.\n\nPage:\n" + PAGE + "<|im_end|>\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_page_is_truncated_to_the_configured_length(tokenizer):
+    chat = ChatTurns(tokenizer, max_page_chars=20)
+    page = chat.page(observation())
+    assert page == "Page:\n" + PAGE[:20] + "\n[... page truncated]"
+
+
+def test_next_turn_after_a_reply_that_ended_itself(tokenizer):
+    chat = ChatTurns(tokenizer)
+    reply = tokenizer.encode("click('13')", add_special_tokens=False) + [tokenizer.eos_token_id]
+    text = tokenizer.decode(chat.next_turn(reply, "Step 2."))
+    # The model already wrote <|im_end|>; the environment adds only what follows it.
+    assert text == "\n<|im_start|>user\nStep 2.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_next_turn_after_a_reply_cut_at_the_token_limit_closes_it(tokenizer):
+    chat = ChatTurns(tokenizer)
+    reply = tokenizer.encode("click('1", add_special_tokens=False)
+    text = tokenizer.decode(chat.next_turn(reply, "Step 2."))
+    assert text == "<|im_end|>\n<|im_start|>user\nStep 2.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_turns_concatenate_to_what_the_chat_template_renders(tokenizer):
+    chat = ChatTurns(tokenizer)
+    first = observation()
+    reply = tokenizer.encode("click('13')", add_special_tokens=False) + [tokenizer.eos_token_id]
+    ids = chat.first_prompt(first) + reply + chat.next_turn(reply, "Step 2.")
+    messages = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"Goal: Click the button.\n\n{chat.page(first)}"},
+        {"role": "assistant", "content": "click('13')"},
+        {"role": "user", "content": "Step 2."},
+    ]
+    assert tokenizer.decode(ids) == tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_feedback_says_what_happened():
+    assert "no valid action" in feedback(0, None, observation())
+    failed = feedback(1, "click('99')", observation(error='ValueError: Could not find element with bid "99"'))
+    assert failed.startswith("Step 2. Action click('99') failed: ValueError: Could not find element")
+    assert feedback(2, "click('13')", observation()) == "Step 3. Action click('13') done."

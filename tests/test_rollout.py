@@ -1,0 +1,131 @@
+"""Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
+
+import pytest
+import torch
+
+import train
+from env_client import EpisodeRunner
+from helpers import click_the_button, parse_config
+
+
+def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
+    """Runs of equal mask value: [(mask value, token ids), ...]."""
+    runs = []
+    for token, bit in zip(ids, mask):
+        if runs and runs[-1][0] == bit:
+            runs[-1][1].append(token)
+        else:
+            runs.append((bit, [token]))
+    return runs
+
+
+def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
+    # Episode 0 solves the task at once, episode 1 first writes no action, episode 2 never acts usefully.
+    scripts = [["CLICK"], ["hello", "CLICK"], ["noop(10)", "noop(10)", "noop(10)"]]
+    calls = []
+
+    def scripted_policy(contexts):
+        turn = len(calls)
+        calls.append(contexts)
+        running = [i for i, script in enumerate(scripts) if len(script) > turn]
+        replies = []
+        for i, context in zip(running, contexts):
+            text = scripts[i][turn]
+            if text == "CLICK":
+                text = click_the_button(tokenizer.decode(context))
+            replies.append(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
+        return replies, [[-1.0] * len(r) for r in replies]
+
+    runner = EpisodeRunner(env_server.url, tokenizer, max_turns=3)
+    try:
+        episodes = runner.run([("click-test", 5)] * 3, scripted_policy)
+    finally:
+        runner.close()
+
+    # One generation call per turn, over exactly the episodes still running.
+    assert [len(c) for c in calls] == [3, 2, 1]
+    assert [(e.done, e.env_reward, e.turns) for e in episodes] == [(True, 1.0, 1), (True, 1.0, 2), (False, 0.0, 3)]
+    assert episodes[1].actions[0] is None and episodes[2].actions == ["noop(10)"] * 3
+
+    for i, episode in enumerate(episodes):
+        # Each turn's context is the episode's own token sequence up to that point, nothing re-rendered.
+        running_at = [[j for j, script in enumerate(scripts) if len(script) > t] for t in range(len(calls))]
+        contexts = [calls[t][running_at[t].index(i)] for t in range(episode.turns)]
+        runs = segments(episode.completion_ids, episode.env_mask)
+        position, turn = 0, 0
+        for bit, ids in runs:
+            if bit == 1:
+                assert contexts[turn] == episode.prompt_ids + episode.completion_ids[:position]
+                turn += 1
+            position += len(ids)
+        # Environment tokens sit only between replies, never after the last one; their log-probs are placeholders.
+        assert runs[-1][0] == 1 and [bit for bit, _ in runs] == [1, 0] * (episode.turns - 1) + [1]
+        assert all(lp == 0.0 for lp, bit in zip(episode.logprobs, episode.env_mask) if bit == 0)
+        for bit, ids in runs:
+            if bit == 0:
+                text = tokenizer.decode(ids)
+                assert "<|im_start|>user\nStep " in text and text.endswith("<|im_start|>assistant\n")
+
+
+def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(env_server, tiny_model, tokenizer, monkeypatch, tmp_path):
+    env_args, training_args, model_args = parse_config(
+        "configs/smoke.yaml",
+        *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path), "--env_url", env_server.url),
+        *("--max_turns", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
+    )
+    replies = []  # what the real generation returned, turn by turn
+
+    def recording(make_generate):
+        def make(trainer):
+            generate = make_generate(trainer)
+
+            def recorded(contexts):
+                ids, logprobs = generate(contexts)
+                replies.append(ids)
+                return ids, logprobs
+
+            return recorded
+
+        return make
+
+    monkeypatch.setattr(train, "transformers_generate", recording(train.transformers_generate))
+    runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
+    try:
+        trainer = train.build_trainer(env_args, training_args, model_args, tokenizer, runner)
+        trainer.model.train()
+        # The trainer's own path from dataset rows to the tensors its loss consumes.
+        out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
+    finally:
+        runner.close()
+
+    completion_mask, env_mask = out["completion_mask"], out["tool_mask"]
+    for row in range(2):
+        length = int(completion_mask[row].sum())
+        ids, mask = out["completion_ids"][row, :length].tolist(), env_mask[row, :length].tolist()
+        runs = segments(ids, mask)
+        # A random tiny model never solves click-test: every episode plays all 3 turns.
+        assert [ids for bit, ids in runs if bit == 1] == [turn[row] for turn in replies]
+        assert [bit for bit, _ in runs] == [1, 0, 1, 0, 1]
+
+    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention_mask = torch.cat([out["prompt_mask"], completion_mask], dim=1)
+    with torch.no_grad():
+        recomputed = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
+        )[0]
+    policy_tokens = (completion_mask * env_mask).bool()
+    torch.testing.assert_close(recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0)
+
+
+def test_vllm_generation_is_called_with_token_ids_and_returns_the_sampled_tokens_logprob():
+    class FakeVLLMGeneration:  # vLLM needs a GPU; this pins what we send it and how we read its answer
+        def generate(self, prompts, images, num_generations):
+            self.call = (prompts, images, num_generations)
+            return prompts, [[11, 7], [12]], [[[-0.1, -2.0], [-0.2, -3.0]], [[-0.3]]], None
+
+    class FakeTrainer:
+        vllm_generation = FakeVLLMGeneration()
+
+    ids, logprobs = train.vllm_generate(FakeTrainer())([[1, 2, 3], [1, 2]])
+    assert FakeTrainer.vllm_generation.call == ([[1, 2, 3], [1, 2]], None, 1)
+    assert ids == [[11, 7], [12]] and logprobs == [[-0.1, -0.2], [-0.3]]
