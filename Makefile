@@ -1,0 +1,45 @@
+# make smoke   set up, then train the tiny model on the CPU against a local environment server
+# make test    set up, then run the test suite (what CI runs)
+# make setup   only set up: a virtual environment in .venv, Chromium, and the tiny test model
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Pinned so that CI takes the CPU build on disk; a bare `torch` requirement could fetch a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+
+.PHONY: setup smoke test clean
+
+setup: $(VENV)/installed chromium .cache/tiny-lfm2/config.json
+
+$(VENV)/installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+# Playwright's own Chromium if it can be downloaded, else the system's; env_server.py finds either.
+.PHONY: chromium
+chromium: $(VENV)/installed
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then \
+		echo "Chromium: $$(command -v chromium || command -v chromium-browser)"; \
+	elif command -v apt-get >/dev/null; then \
+		echo "Chromium: installing Debian's chromium package"; \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium >/dev/null; \
+	else \
+		$(PY) -m playwright install chromium; \
+	fi
+
+.cache/tiny-lfm2/config.json: $(VENV)/installed tiny_lfm2.py
+	$(PY) tiny_lfm2.py --output .cache/tiny-lfm2
+
+smoke: setup
+	$(PY) train.py --config configs/smoke.yaml
+
+test: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .cache outputs

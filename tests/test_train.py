@@ -1,0 +1,107 @@
+"""Real GRPO steps on the CPU: the tiny LFM2 against a real environment server."""
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoModelForCausalLM
+
+import train
+from helpers import ROOT, parse_config
+
+FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
+
+
+def run_training(tiny_model, env_url, output_dir, *extra):
+    args = parse_config(
+        "configs/smoke.yaml",
+        *("--model_name_or_path", tiny_model, "--env_url", env_url, "--output_dir", str(output_dir)),
+        *("--max_steps", "2", "--save_steps", "1", *FAST, *extra),
+    )
+    train.main(*args)
+    return json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+
+
+def assert_steps_logged(log_history):
+    steps = [entry for entry in log_history if "reward" in entry]
+    assert [entry["step"] for entry in steps] == [1, 2]
+    assert all(math.isfinite(entry["loss"]) and 0.0 <= entry["reward"] <= 1.0 for entry in steps)
+
+
+def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, env_server, tmp_path):
+    assert_steps_logged(run_training(tiny_model, env_server.url, tmp_path))
+    for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
+        model = AutoModelForCausalLM.from_pretrained(path)
+        assert model.config.model_type == "lfm2"
+    final = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()
+    last = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-2").state_dict()
+    assert all(torch.equal(final[k], last[k]) for k in final)
+
+
+def test_lora_trains_and_writes_an_adapter_that_loads(tiny_model, env_server, tmp_path):
+    assert_steps_logged(run_training(tiny_model, env_server.url, tmp_path, "--use_peft"))
+    adapter = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert set(adapter["target_modules"]) == {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
+    model = AutoPeftModelForCausalLM.from_pretrained(tmp_path)
+    assert any("lora_A" in name for name, _ in model.named_parameters())
+
+
+def env_server_pids() -> set[int]:
+    pids = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"env_server.py" in (proc / "cmdline").read_bytes():
+                pids.add(int(proc.name))
+        except OSError:
+            pass
+    return pids
+
+
+def train_command(tiny_model, output_dir, *extra):
+    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
+            "--model_name_or_path", tiny_model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
+
+
+def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_path):
+    before = env_server_pids()
+    result = subprocess.run(
+        train_command(tiny_model, tmp_path, "--max_steps", "1"), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = result.stderr
+    assert "No CUDA device: generating with transformers instead of vLLM" in log
+    assert re.search(r"full fine-tune: [\d,]+ trainable parameters", log)
+    assert re.search(r"step 1/1 \| reward [\d.]+", log)
+    assert "stopped the local environment server" in log
+    assert (tmp_path / "model.safetensors").exists()
+    assert env_server_pids() <= before
+
+
+def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
+    before = env_server_pids()
+    process = subprocess.Popen(
+        train_command(tiny_model, tmp_path, "--max_steps", "50"), cwd=ROOT, stderr=subprocess.PIPE, text=True
+    )
+    server_pid = None
+    deadline = time.monotonic() + 300
+    for line in process.stderr:
+        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
+            server_pid = int(match.group(1))
+        if "rollout:" in line or time.monotonic() > deadline:
+            break
+    assert server_pid in env_server_pids()
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=120)
+    assert process.returncode != 0
+    assert env_server_pids() <= before
+    with pytest.raises(ProcessLookupError):
+        os.kill(server_pid, 0)
