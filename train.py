@@ -14,6 +14,7 @@ import copy
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from datasets import Dataset
@@ -35,6 +36,18 @@ class EnvArguments:
     max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
     max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
     num_task_seeds: int = field(default=1000, metadata={"help": "distinct task instances (seeds) to train on"})
+
+
+@dataclass
+class ModalArguments:
+    """Where `modal run modal_app.py` runs this config. train.py itself does not use them."""
+
+    modal_gpu: str = field(default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100"})
+    modal_timeout_hours: float = field(default=6.0, metadata={"help": "wall-clock limit of one attempt"})
+    modal_retries: int = field(default=3, metadata={"help": "attempts after a failure or preemption; each resumes"})
+    modal_secrets: list[str] = field(
+        default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
+    )
 
 
 @dataclass
@@ -153,7 +166,12 @@ class StepPrinter(TrainerCallback):
 
 
 def build_trainer(
-    env_args: EnvArguments, training_args: RecipeConfig, model_args: ModelConfig, tokenizer, runner: EpisodeRunner
+    env_args: EnvArguments,
+    training_args: RecipeConfig,
+    model_args: ModelConfig,
+    tokenizer,
+    runner: EpisodeRunner,
+    callbacks: list[TrainerCallback] = (),
 ) -> GRPOTrainer:
     peft_config = get_peft_config(model_args)
     if peft_config is not None and model_args.lora_target_modules is None:
@@ -168,13 +186,30 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=peft_config,
         rollout_func=make_rollout_func(runner, dataset),
-        callbacks=[StepPrinter()],
+        callbacks=[StepPrinter(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
     return trainer
 
 
-def main(env_args: EnvArguments, training_args: RecipeConfig, model_args: ModelConfig) -> None:
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest checkpoint in output_dir that was written to the end. The trainer writes trainer_state.json
+    last, so a run killed while saving leaves a checkpoint without one, which must not be resumed from."""
+    complete = [p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+    return str(max(complete, key=lambda p: int(p.name.split("-")[-1]))) if complete else None
+
+
+def parse_args(args: list[str] | None = None) -> tuple[EnvArguments, RecipeConfig, ModelConfig, ModalArguments]:
+    """The recipe from `--config FILE` and command-line overrides (sys.argv when args is None)."""
+    return TrlParser((EnvArguments, RecipeConfig, ModelConfig, ModalArguments)).parse_args_and_config(args)
+
+
+def main(
+    env_args: EnvArguments,
+    training_args: RecipeConfig,
+    model_args: ModelConfig,
+    callbacks: list[TrainerCallback] = (),
+) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     with contextlib.ExitStack() as stack:
         env_url = env_args.env_url
@@ -184,7 +219,7 @@ def main(env_args: EnvArguments, training_args: RecipeConfig, model_args: ModelC
         runner = EpisodeRunner(env_url, tokenizer, env_args.max_turns, env_args.max_page_chars)
         stack.callback(runner.close)
 
-        trainer = build_trainer(env_args, training_args, model_args, tokenizer, runner)
+        trainer = build_trainer(env_args, training_args, model_args, tokenizer, runner, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(
@@ -192,12 +227,18 @@ def main(env_args: EnvArguments, training_args: RecipeConfig, model_args: ModelC
             "LoRA" if model_args.use_peft else "full fine-tune", f"{trainable:,}", f"{total:,}",
             100 * trainable / total, "vLLM (colocated)" if training_args.use_vllm else "transformers",
         )  # fmt: skip
+        if training_args.resume_from_checkpoint:
+            log.info("resuming from %s", training_args.resume_from_checkpoint)
         trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model(training_args.output_dir)
         log.info("final %s saved to %s", "adapter" if model_args.use_peft else "model", training_args.output_dir)
 
 
-if __name__ == "__main__":
+def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
-    parser = TrlParser((EnvArguments, RecipeConfig, ModelConfig))
-    main(*parser.parse_args_and_config())
+
+
+if __name__ == "__main__":
+    setup_logging()
+    env_args, training_args, model_args, _modal_args = parse_args()
+    main(env_args, training_args, model_args)

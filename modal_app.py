@@ -1,0 +1,104 @@
+"""The recipe on Modal's GPUs: train.py's own entry point, in a container with a GPU and two volumes.
+
+    modal run modal_app.py                                   # config.yaml
+    modal run modal_app.py --config my.yaml --use-peft       # your config; LoRA
+    modal run modal_app.py --run-name lfm2-350m-click-test-20261122-101500   # resume that run
+
+The YAML is read here, on your machine, and shipped with the call, so the file you edited is what runs;
+its `modal_*` keys choose the GPU, timeout, retries and secrets. The environment server runs inside the
+same container unless the config sets `env_url`. Each run writes to its own directory in the
+`browser-rl-checkpoints` volume, committed at every checkpoint; when Modal retries a failed or preempted
+attempt, the retry resumes from the latest checkpoint there, with the global step, optimizer, scheduler
+and RNG state restored.
+"""
+
+import datetime
+import os
+from pathlib import Path
+
+import modal
+import yaml
+from transformers import TrainerCallback
+
+import train
+
+PROJECT_DIR = Path(__file__).parent
+LOCAL_MODULES = ("train", "env_client", "env_server", "actions", "rewards")
+CHECKPOINT_VOLUME = "browser-rl-checkpoints"
+# Where the checkpoint volume is mounted; another directory only for running the body locally.
+CHECKPOINTS_DIR = Path(os.environ.get("BROWSER_RL_CHECKPOINTS", "/checkpoints"))
+HF_CACHE_DIR = "/root/.cache/huggingface"
+
+image = (
+    modal.Image.debian_slim(python_version="3.11")
+    .apt_install("chromium", "fonts-liberation")  # Playwright's own build would need its own system libraries
+    .pip_install_from_pyproject(str(PROJECT_DIR / "pyproject.toml"), optional_dependencies=["gpu"])
+    .env({"HF_HOME": HF_CACHE_DIR, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    .add_local_python_source(*LOCAL_MODULES)
+)
+hf_cache = modal.Volume.from_name("browser-rl-hf-cache", create_if_missing=True)
+checkpoints = modal.Volume.from_name(CHECKPOINT_VOLUME, create_if_missing=True)
+app = modal.App("browser-rl", image=image)
+
+
+def function_options(settings: train.ModalArguments) -> dict:
+    """Modal's options for one run, from the config's modal_* keys."""
+    return {
+        "gpu": settings.modal_gpu,
+        "timeout": int(settings.modal_timeout_hours * 3600),
+        "retries": modal.Retries(max_retries=settings.modal_retries, initial_delay=10.0),
+        "secrets": [modal.Secret.from_name(name) for name in settings.modal_secrets],
+    }
+
+
+DEFAULT_OPTIONS = function_options(train.ModalArguments())
+
+
+class CommitCheckpoints(TrainerCallback):
+    """Makes each checkpoint durable as soon as it is written: a preempted attempt loses at most save_steps."""
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoints.commit()
+
+
+@app.function(
+    gpu=DEFAULT_OPTIONS["gpu"],
+    timeout=DEFAULT_OPTIONS["timeout"],
+    retries=DEFAULT_OPTIONS["retries"],
+    volumes={HF_CACHE_DIR: hf_cache, str(CHECKPOINTS_DIR): checkpoints},
+)
+def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
+    """Trains `config_yaml` into the run's directory, resuming from its latest checkpoint if it has one."""
+    train.setup_logging()
+    run_dir = CHECKPOINTS_DIR / run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "config.yaml"
+    config_path.write_text(config_yaml)
+    args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
+    last_checkpoint = train.last_complete_checkpoint(run_dir)
+    if last_checkpoint is not None:
+        args += ["--resume_from_checkpoint", last_checkpoint]
+    env_args, training_args, model_args, _ = train.parse_args(args)
+    callbacks = [] if modal.is_local() else [CommitCheckpoints()]
+    train.main(env_args, training_args, model_args, callbacks)
+    if not modal.is_local():
+        checkpoints.commit()
+    return run_name
+
+
+def run_name_for(config: dict) -> str:
+    name = Path(config.get("output_dir", "run")).name
+    return f"{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+@app.local_entrypoint()
+def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""):
+    config_yaml = Path(config).read_text()
+    extra_args = ["--use_peft"] if use_peft else []
+    # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
+    *_, settings = train.parse_args(["--config", config, *extra_args])
+    run_name = run_name or run_name_for(yaml.safe_load(config_yaml))
+    print(f"run {run_name}: {config} on a Modal {settings.modal_gpu}, up to {settings.modal_retries} retries")
+    train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args)
+    print(f"done. Checkpoints and the final model are in the volume {CHECKPOINT_VOLUME}, directory {run_name}:")
+    print(f"    modal volume get {CHECKPOINT_VOLUME} {run_name} ./{run_name}")

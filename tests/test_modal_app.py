@@ -1,0 +1,113 @@
+"""modal_app.py without a Modal account: its definitions, and its function body run locally with .local()."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+
+import modal
+import pytest
+
+import modal_app
+import train
+from helpers import ROOT, local_modules, third_party_distributions
+
+
+def test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings():
+    defaults = train.ModalArguments()
+    assert modal_app.app.name == "browser-rl"
+    assert isinstance(modal_app.train_remote, modal.Function)
+    spec = modal_app.train_remote._spec_  # Modal's record of the decorator's arguments
+    assert spec.gpus == defaults.modal_gpu == "L4"
+    assert set(spec.volumes) == {"/checkpoints", modal_app.HF_CACHE_DIR}
+    assert modal_app.DEFAULT_OPTIONS["timeout"] == defaults.modal_timeout_hours * 3600 == 6 * 3600
+    assert modal_app.DEFAULT_OPTIONS["retries"].max_retries == defaults.modal_retries == 3
+
+
+def test_gpu_timeout_retries_and_secrets_come_from_the_config(tmp_path):
+    config = tmp_path / "cloud.yaml"
+    config.write_text(
+        (ROOT / "config.yaml").read_text()
+        + "modal_gpu: A100-80GB\nmodal_timeout_hours: 2.5\nmodal_retries: 5\nmodal_secrets: [huggingface, wandb]\n"
+    )
+    *_, settings = train.parse_args(["--config", str(config)])
+    options = modal_app.function_options(settings)
+    assert options["gpu"] == "A100-80GB" and options["timeout"] == 9000
+    assert options["retries"].max_retries == 5
+    assert len(options["secrets"]) == 2 and all(isinstance(s, modal.Secret) for s in options["secrets"])
+
+
+def test_the_image_installs_every_dependency_of_the_code_it_runs():
+    # The image installs pyproject.toml's dependencies and the gpu extra, and mounts LOCAL_MODULES.
+    image_files = ["modal_app.py", *(f"{m}.py" for m in modal_app.LOCAL_MODULES)]
+    assert local_modules(*image_files) <= set(modal_app.LOCAL_MODULES)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + project["optional-dependencies"]["gpu"]
+    declared = {re.split(r"[<>=!~\[ ;]", r)[0].lower() for r in requirements}
+    assert "vllm" in declared
+    for module, distributions in third_party_distributions(*image_files).items():
+        assert distributions & declared, f"{module} (from {distributions}) is missing from pyproject.toml"
+
+
+def smoke_args(tiny_model, max_steps):
+    return [
+        *("--model_name_or_path", tiny_model, "--max_steps", str(max_steps), "--save_steps", "1"),
+        *("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4"),
+    ]
+
+
+def test_the_function_body_runs_locally_and_writes_a_checkpoint(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    config_yaml = (ROOT / "configs/smoke.yaml").read_text()
+    assert modal_app.train_remote.local(config_yaml, "run-a", smoke_args(tiny_model, 1)) == "run-a"
+    run_dir = tmp_path / "run-a"
+    assert (run_dir / "config.yaml").read_text() == config_yaml  # the shipped file is what ran
+    assert (run_dir / "checkpoint-1" / "trainer_state.json").exists()
+    assert (run_dir / "model.safetensors").exists()
+
+
+def run_body_in_a_process(tiny_model, checkpoints_dir, max_steps):
+    code = (
+        "import sys, modal_app; "
+        "modal_app.train_remote.local(open('configs/smoke.yaml').read(), 'run-b', sys.argv[1:])"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *smoke_args(tiny_model, max_steps)],
+        cwd=ROOT,
+        env={**os.environ, "BROWSER_RL_CHECKPOINTS": str(checkpoints_dir)},
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model, tmp_path):
+    run_dir = tmp_path / "run-b"
+    first = run_body_in_a_process(tiny_model, tmp_path, max_steps=4)
+    server_pid = None
+    deadline = time.monotonic() + 300
+    for line in first.stderr:  # read until the first checkpoint is complete, then preempt: kill -9
+        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
+            server_pid = int(match.group(1))
+        if (run_dir / "checkpoint-1" / "trainer_state.json").exists() or time.monotonic() > deadline:
+            break
+    os.killpg(first.pid, signal.SIGKILL)
+    os.killpg(server_pid, signal.SIGKILL)  # a preempted container takes its environment server with it
+    first.wait()
+    resumed_from = train.last_complete_checkpoint(run_dir)
+    assert resumed_from is not None
+    done_before = int(resumed_from.split("-")[-1])
+    assert done_before < 4
+
+    second = run_body_in_a_process(tiny_model, tmp_path, max_steps=4)
+    _, log = second.communicate(timeout=600)
+    assert second.returncode == 0, log[-3000:]
+    assert f"resuming from {resumed_from}" in log
+    assert len(re.findall(r"rollout: ", log)) == 4 - done_before  # only the remaining steps were run
+    state = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == state["max_steps"] == 4
+    assert [e["step"] for e in state["log_history"] if "reward" in e] == [1, 2, 3, 4]
