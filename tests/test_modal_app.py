@@ -111,3 +111,27 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model,
     state = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == state["max_steps"] == 4
     assert [e["step"] for e in state["log_history"] if "reward" in e] == [1, 2, 3, 4]
+
+
+def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_result_is(monkeypatch, capsys):
+    calls = {}
+
+    class RecordingFunction:  # stands in for Modal's cloud call, which needs an account
+        def with_options(self, **options):
+            calls["options"] = options
+            return self
+
+        def remote(self, config_yaml, run_name, extra_args):
+            calls["remote"] = (config_yaml, run_name, extra_args)
+            return run_name
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(modal_app, "train_remote", RecordingFunction())
+    modal_app.main.info.raw_f(config="config.yaml", use_peft=True, run_name="")
+
+    config_yaml, run_name, extra_args = calls["remote"]
+    assert config_yaml == (ROOT / "config.yaml").read_text()
+    assert re.fullmatch(r"lfm2-350m-click-test-\d{8}-\d{6}", run_name)
+    assert extra_args == ["--use_peft"]
+    assert calls["options"]["gpu"] == "L4" and calls["options"]["retries"].max_retries == 3
+    assert f"modal volume get browser-rl-checkpoints {run_name} ./{run_name}" in capsys.readouterr().out
