@@ -99,6 +99,10 @@ class LocalEnvServer:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
     def stop(self) -> None:
         if self._process is None or self._process.poll() is not None:
             return

@@ -12,18 +12,30 @@ import functools
 import logging
 import os
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 from uuid import uuid4
 
-import browsergym.miniwob  # noqa: F401  (registers the browsergym/miniwob.* environments)
-import gymnasium as gym
 import miniwob
 import uvicorn
+from browsergym.core.action.base import execute_python_code
+from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
+from browsergym.core.observation import (
+    MarkingError,
+    _post_extract,
+    _pre_extract,
+    extract_dom_snapshot,
+    extract_merged_axtree,
+    extract_screenshot,
+)
+from browsergym.miniwob import ALL_MINIWOB_TASKS
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 from pydantic import Field
 
@@ -59,22 +71,85 @@ class BrowserGymState(State):
     cum_reward: float = Field(default=0.0)
 
 
-def miniwob_tasks() -> list[str]:
-    prefix = "browsergym/miniwob."
-    return sorted(name[len(prefix) :] for name in gym.envs.registry if name.startswith(prefix))
+CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
+
+# BrowserGym's MiniWoB task classes by task name (click-test, enter-text, ...).
+MINIWOB_TASKS = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
+
+
+class BrowserWorker:
+    """A thread that owns one Playwright instance and one Chromium, shared by the sessions assigned to it.
+
+    Playwright's sync objects work only on the thread that created them, so every call on this browser,
+    its contexts and their pages runs here; the sessions' own threads wait for the answer.
+    """
+
+    def __init__(self):
+        self.sessions = 0
+        self._thread = ThreadPoolExecutor(max_workers=1)
+        self._playwright = None
+        self._browser = None
+
+    def call(self, function, *args):
+        return self._thread.submit(function, *args).result()
+
+    def new_context(self, **options):
+        """A new browser context (its own cookies, storage and pages); on this worker's thread only."""
+        if self._browser is None or not self._browser.is_connected():
+            self._playwright = self._playwright or sync_playwright().start()
+            # BrowserGym's actions find elements by their bid through Playwright's test-id selector.
+            self._playwright.selectors.set_test_id_attribute(BROWSERGYM_ID_ATTRIBUTE)
+            # BrowserGym's own launch options, so that pages render the same.
+            self._browser = self._playwright.chromium.launch(
+                headless=True,
+                args=["--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache"],
+                ignore_default_args=["--hide-scrollbars"],
+            )
+        return self._browser.new_context(**options)
+
+
+class BrowserPool:
+    """A fixed set of browser workers; each new session joins the one with the fewest sessions."""
+
+    def __init__(self, size: int):
+        self.workers = [BrowserWorker() for _ in range(size)]
+        self._lock = threading.Lock()
+
+    def assign(self) -> BrowserWorker:
+        with self._lock:
+            worker = min(self.workers, key=lambda w: w.sessions)
+            worker.sessions += 1
+            return worker
+
+    def release(self, worker: BrowserWorker) -> None:
+        with self._lock:
+            worker.sessions -= 1
 
 
 class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
-    SUPPORTS_CONCURRENT_SESSIONS = True
-    # BrowserGym drives every browser through one global sync Playwright instance, which only works
-    # from the thread that started it; OpenEnv then runs all sessions on one shared thread.
-    REQUIRES_SINGLE_THREAD_EXECUTOR = True
+    """One session: a browser context and a page that each episode loads its task into anew.
 
-    def __init__(self, default_task: str = DEFAULT_TASK, screenshots: bool = False):
+    Stock BrowserGym launches two browsers at every reset (the page's and a chat window's) and sleeps half a
+    second before each observation. Here a few long-lived browsers serve all sessions, each session has its
+    own context (cookies, storage, pages), and each reset loads the task's page into the session's page as a
+    new document, with cookies and storage cleared: no state crosses episodes, and Chromium keeps its
+    renderer process. There is no chat window, and an observation is taken once the page has loaded (after
+    `settle_ms`, 0 by default, for tasks that animate). The task, its goal, the actions, their execution,
+    the observation and the reward are BrowserGym's own.
+    """
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, pool: BrowserPool, default_task: str = DEFAULT_TASK, screenshots: bool = False, settle_ms: int = 0):
         super().__init__()
+        self._pool = pool
+        self._worker: Optional[BrowserWorker] = pool.assign()
         self._default_task = default_task
         self._screenshots = screenshots
-        self._gym_env = None
+        self._settle_ms = settle_ms
+        self._context = None
+        self._page = None
+        self._task = None
         self._state = BrowserGymState()
 
     def reset(
@@ -85,58 +160,109 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         screenshot: Optional[bool] = None,
     ) -> BrowserGymObservation:
         task_name = task_name or self._default_task
-        if self._gym_env is None or task_name != self._state.task_name:
-            self._open_task(task_name)
+        if task_name not in MINIWOB_TASKS:
+            examples = ", ".join(sorted(MINIWOB_TASKS)[:5])
+            raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
         if screenshot is not None:
             self._screenshots = screenshot
-        obs, _info = self._gym_env.reset(seed=seed)
-        self._state = BrowserGymState(
-            episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=obs["goal"]
-        )
-        return self._observation(obs, reward=0.0, done=False)
+        return self._worker.call(self._reset, seed, episode_id, task_name)
 
     def step(self, action: BrowserGymAction, timeout_s: Optional[float] = None, **kwargs: Any) -> BrowserGymObservation:
-        if self._gym_env is None:
+        if self._task is None:
             raise RuntimeError("call reset before step")
-        # A malformed or disallowed action does not raise: BrowserGym reports it in last_action_error.
-        obs, reward, terminated, truncated, _info = self._gym_env.step(action.action_str)
-        self._state.step_count += 1
-        self._state.cum_reward += float(reward)
-        return self._observation(obs, reward=float(reward), done=bool(terminated or truncated))
+        return self._worker.call(self._step, action.action_str)
 
     @property
     def state(self) -> BrowserGymState:
         return self._state
 
     def close(self) -> None:
-        if self._gym_env is not None:
-            self._gym_env.close()
-            self._gym_env = None
+        if self._worker is not None:
+            self._worker.call(self._end_session)
+            self._pool.release(self._worker)
+            self._worker = None
 
-    def _open_task(self, task_name: str) -> None:
-        env_id = f"browsergym/miniwob.{task_name}"
-        if env_id not in gym.envs.registry:
-            examples = ", ".join(miniwob_tasks()[:5])
-            raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
-        self.close()
-        self._gym_env = gym.make(env_id, headless=True, action_mapping=ACTION_SET.to_python_code)
+    def _reset(self, seed: Optional[int], episode_id: Optional[str], task_name: str) -> BrowserGymObservation:
+        if self._task is not None:
+            self._task.teardown()
+        self._task = MINIWOB_TASKS[task_name](seed=seed)
+        goal, _info = self._task.setup(page=self._blank_page(self._task))
+        self._page.wait_for_load_state("domcontentloaded")
+        self._state = BrowserGymState(episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal)
+        return self._observation(error="", reward=0.0, done=False)
 
-    def _observation(self, obs: dict, reward: float, done: bool) -> BrowserGymObservation:
-        axtree_txt = flatten_axtree_to_str(obs["axtree_object"])
-        self._state.current_url = obs["url"]
+    def _step(self, action_str: str) -> BrowserGymObservation:
+        try:
+            code = ACTION_SET.to_python_code(action_str)
+            execute_python_code(code, self._page, send_message_to_user=None, report_infeasible_instructions=None)
+            error = ""
+        except Exception as e:  # the action failed, not the server: the model reads why and tries again
+            error = f"{type(e).__name__}: {e}"
+        if self._settle_ms:
+            self._page.wait_for_timeout(self._settle_ms)
+        self._page.wait_for_load_state("domcontentloaded")
+        reward, done, _message, _info = self._task.validate(self._page, [])
+        self._state.step_count += 1
+        self._state.cum_reward += float(reward)
+        return self._observation(error=error, reward=float(reward), done=bool(done))
+
+    def _blank_page(self, task):
+        """The session's page, ready for the task to load itself into; a closed or crashed page is replaced."""
+        if self._page is None or self._page.is_closed():
+            self._close_context()
+            self._context = self._worker.new_context(viewport=task.viewport)
+            self._page = self._context.new_page()
+        else:
+            self._context.clear_cookies()
+            self._page.evaluate(CLEAR_STORAGE)
+            if self._page.viewport_size != task.viewport:
+                self._page.set_viewport_size(task.viewport)
+        self._context.set_default_timeout(task.timeout)
+        return self._page
+
+    def _close_context(self) -> None:
+        if self._context is not None:
+            self._context.close()
+        self._page = self._context = None
+
+    def _end_session(self) -> None:
+        if self._task is not None:
+            self._task.teardown()
+            self._task = None
+        self._close_context()
+
+    def _observation(self, error: str, reward: float, done: bool) -> BrowserGymObservation:
+        dom, axtree = self._extract_dom_and_axtree()
+        axtree_txt = flatten_axtree_to_str(axtree)
+        self._state.current_url = self._page.url
         return BrowserGymObservation(
             text=axtree_txt,
-            url=obs["url"],
-            screenshot=obs["screenshot"].tolist() if self._screenshots else None,
-            goal=obs["goal"],
+            url=self._page.url,
+            screenshot=extract_screenshot(self._page).tolist() if self._screenshots else None,
+            goal=self._state.goal,
             axtree_txt=axtree_txt,
-            pruned_html=prune_html(flatten_dom_to_str(obs["dom_object"])),
-            error=obs["last_action_error"],
-            last_action_error=bool(obs["last_action_error"]),
+            pruned_html=prune_html(flatten_dom_to_str(dom)),
+            error=error,
+            last_action_error=bool(error),
             reward=reward,
             done=done,
             metadata={"task_name": self._state.task_name, "step": self._state.step_count},
         )
+
+    def _extract_dom_and_axtree(self):
+        # As BrowserGym does: mark every element with its bid, read the DOM and the accessibility tree,
+        # unmark; a page still changing under the marking gets one lenient second try.
+        for lenient in (False, True):
+            try:
+                _pre_extract(self._page, tags_to_mark="standard_html", lenient=lenient)
+                dom, axtree = extract_dom_snapshot(self._page), extract_merged_axtree(self._page)
+                break
+            except (PlaywrightError, MarkingError):
+                _post_extract(self._page)
+                if lenient:
+                    raise
+        _post_extract(self._page)
+        return dom, axtree
 
 
 def use_packaged_miniwob_pages() -> None:
@@ -171,10 +297,18 @@ def ensure_chromium() -> None:
     log.warning("Playwright's Chromium is not installed; using the system Chromium %s (linked at %s)", system_chromium, link)
 
 
-def build_app(default_task: str = DEFAULT_TASK, max_sessions: int = 16, screenshots: bool = False):
+def build_app(
+    default_task: str = DEFAULT_TASK,
+    max_sessions: int = 16,
+    browsers: int = 2,
+    screenshots: bool = False,
+    settle_ms: int = 0,
+):
+    pool = BrowserPool(browsers)
     return create_app(
-        # A partial, not a lambda: OpenEnv reads REQUIRES_SINGLE_THREAD_EXECUTOR through it.
-        functools.partial(MiniWoBEnvironment, default_task=default_task, screenshots=screenshots),
+        functools.partial(
+            MiniWoBEnvironment, pool=pool, default_task=default_task, screenshots=screenshots, settle_ms=settle_ms
+        ),
         BrowserGymAction,
         BrowserGymObservation,
         env_name="browsergym_miniwob",
@@ -188,18 +322,25 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--task", default=os.environ.get("BROWSERGYM_TASK_NAME", DEFAULT_TASK), help="default task")
     parser.add_argument("--max-sessions", type=int, default=16, help="concurrent WebSocket sessions")
+    parser.add_argument(
+        "--browsers", type=int, default=min(4, os.cpu_count() or 1), help="Chromium processes shared by the sessions"
+    )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
+    parser.add_argument(
+        "--settle-ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     use_packaged_miniwob_pages()
     ensure_chromium()
-    if args.task not in miniwob_tasks():
+    if args.task not in MINIWOB_TASKS:
         parser.error(f"unknown MiniWoB task {args.task!r}")
-    app = build_app(args.task, args.max_sessions, args.screenshots)
+    app = build_app(args.task, args.max_sessions, args.browsers, args.screenshots, args.settle_ms)
     log.info(
-        "serving MiniWoB (default task %s) on http://%s:%d, up to %d sessions", args.task, args.host, args.port, args.max_sessions
-    )
+        "serving MiniWoB (default task %s) on http://%s:%d, up to %d sessions on %d browsers",
+        args.task, args.host, args.port, args.max_sessions, args.browsers,
+    )  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
