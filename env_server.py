@@ -4,7 +4,8 @@
 
 Wire-compatible with OpenEnv's public BrowserGym environment: the action is {"action_str": "click('13')"},
 and observations carry goal, axtree_txt, pruned_html, text, url, error, last_action_error, reward, done.
-Each WebSocket session owns one BrowserGym environment; `reset` takes `task_name` and `seed`.
+Each WebSocket session gets its own browser context on one of a few long-lived browsers (see
+MiniWoBEnvironment); `reset` takes `task_name`, `seed`, and `screenshot=True` for a screenshot.
 """
 
 import argparse
@@ -148,6 +149,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._screenshots = screenshots
         self._settle_ms = settle_ms
         self._context = None
+        self._timeout = None
         self._page = None
         self._task = None
         self._state = BrowserGymState()
@@ -186,8 +188,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if self._task is not None:
             self._task.teardown()
         self._task = MINIWOB_TASKS[task_name](seed=seed)
-        goal, _info = self._task.setup(page=self._blank_page(self._task))
-        self._page.wait_for_load_state("domcontentloaded")
+        goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
         self._state = BrowserGymState(episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal)
         return self._observation(error="", reward=0.0, done=False)
 
@@ -211,13 +212,17 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if self._page is None or self._page.is_closed():
             self._close_context()
             self._context = self._worker.new_context(viewport=task.viewport)
+            self._context.set_default_timeout(task.timeout)
+            self._timeout = task.timeout
             self._page = self._context.new_page()
         else:
             self._context.clear_cookies()
             self._page.evaluate(CLEAR_STORAGE)
             if self._page.viewport_size != task.viewport:
                 self._page.set_viewport_size(task.viewport)
-        self._context.set_default_timeout(task.timeout)
+            if self._timeout != task.timeout:
+                self._context.set_default_timeout(task.timeout)
+                self._timeout = task.timeout
         return self._page
 
     def _close_context(self) -> None:
