@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
+from websockets.exceptions import ConnectionClosed
 
 from actions import describe_actions, parse_action
 from env_server import BrowserGymAction, BrowserGymObservation, BrowserGymState
@@ -60,13 +61,13 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
 
     async def disconnect(self) -> None:
         """Ends the session and waits for the server to close the socket, which it does once the session's
-        browser is closed: the server's resources are released when this returns."""
+        browser context is closed: the server's resources are released when this returns."""
         if self._ws is not None:
             try:
                 await self._send({"type": "close"})
                 await asyncio.wait_for(self._ws.wait_closed(), timeout=30)
-            except (OSError, asyncio.TimeoutError, ConnectionError):
-                pass
+            except (OSError, asyncio.TimeoutError, ConnectionClosed):
+                pass  # the server is gone already
         await super().disconnect()
 
 
@@ -177,7 +178,7 @@ class ChatTurns:
 
 
 def feedback(turn: int, action: str | None, observation: BrowserGymObservation) -> str:
-    """The user message after a turn: what happened, then the page as it is now."""
+    """What became of the turn's action, which opens the next user message (the page follows it)."""
     if action is None:
         outcome = "Your reply contained no valid action. Reply with exactly one action, for example click('12')."
     elif observation.error:
