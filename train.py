@@ -27,6 +27,7 @@ from rewards import task_success
 
 log = logging.getLogger("train")
 
+
 @dataclass
 class EnvArguments:
     task_name: str = field(default="click-test", metadata={"help": "MiniWoB task, e.g. click-test, enter-text"})
