@@ -85,8 +85,9 @@ class LocalEnvServer:
         port = free_port()
         script = Path(__file__).with_name("env_server.py")
         command = [sys.executable, str(script), "--port", str(port), "--task", self.task]
-        command += ["--max-sessions", str(self.max_sessions)]
-        # Its own process group, so that stopping it also stops the browsers it launched.
+        command += ["--max-sessions", str(self.max_sessions), "--parent-pid", str(os.getpid())]
+        # Its own process group, so that stopping it also stops the browsers it launched; and it watches
+        # this process, so that it stops by itself if this one is killed.
         self._process = subprocess.Popen(command, start_new_session=True)
         self.url = f"http://127.0.0.1:{port}"
         log.info("starting a local environment server at %s (pid %d)", self.url, self._process.pid)

@@ -13,7 +13,9 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
@@ -302,6 +304,19 @@ def ensure_chromium() -> None:
     log.warning("Playwright's Chromium is not installed; using the system Chromium %s (linked at %s)", system_chromium, link)
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """Stops this server and its browsers once the process that started it is gone, even by SIGKILL,
+    which leaves it no chance to stop them itself."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        log.warning("process %d, which started this server, is gone: stopping", parent_pid)
+        os.killpg(os.getpgrp(), signal.SIGTERM)  # the server leads its own process group, browsers included
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def build_app(
     default_task: str = DEFAULT_TASK,
     max_sessions: int = 16,
@@ -331,12 +346,15 @@ def main() -> None:
         "--browsers", type=int, default=min(4, os.cpu_count() or 1), help="Chromium processes shared by the sessions"
     )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
+    parser.add_argument("--parent-pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
     parser.add_argument(
         "--settle-ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
+    if args.parent_pid:
+        exit_with_parent(args.parent_pid)
     use_packaged_miniwob_pages()
     ensure_chromium()
     if args.task not in MINIWOB_TASKS:

@@ -105,3 +105,46 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     assert env_server_pids() <= before
     with pytest.raises(ProcessLookupError):
         os.kill(server_pid, 0)
+
+
+def descendants(root: int) -> set[int]:
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit():
+                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            pass
+    tree, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        tree |= frontier
+    return tree
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "Z" != (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return False
+
+
+def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
+    # The trainer's stand-in starts a local server, opens a session (launching a browser), and is killed -9.
+    code = (
+        "import asyncio, time; from env_client import LocalEnvServer, BrowserGymEnv\n"
+        "server = LocalEnvServer('click-test', max_sessions=2).__enter__()\n"
+        "client = BrowserGymEnv(base_url=server.url)\n"
+        "asyncio.get_event_loop().run_until_complete(client.reset(seed=0))\n"
+        "print(server.pid, flush=True); time.sleep(600)\n"
+    )
+    trainer = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    server_pid = int(trainer.stdout.readline())
+    server_tree = {server_pid} | descendants(server_pid)
+    assert any(b"chrom" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in server_tree if alive(pid))
+    trainer.kill()
+    trainer.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in server_tree) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not [pid for pid in server_tree if alive(pid)]
