@@ -16,6 +16,7 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM
 
 import train
+from bench.env_throughput import process_tree
 from helpers import ROOT, parse_config
 
 FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
@@ -107,21 +108,6 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
         os.kill(server_pid, 0)
 
 
-def descendants(root: int) -> set[int]:
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit():
-                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            pass
-    tree, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier}
-        tree |= frontier
-    return tree
-
-
 def alive(pid: int) -> bool:
     try:
         return "Z" != (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
@@ -140,7 +126,7 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     )
     trainer = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     server_pid = int(trainer.stdout.readline())
-    server_tree = {server_pid} | descendants(server_pid)
+    server_tree = process_tree(server_pid)
     assert any(b"chrom" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in server_tree if alive(pid))
     trainer.kill()
     trainer.wait()
