@@ -53,9 +53,8 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_memory_mb(root: int) -> float:
-    """Proportional set size (PSS) of a process and all its descendants: resident memory with each shared
-    page counted once across the processes sharing it, so Chromium's many processes are not over-counted."""
+def process_tree(root: int) -> set[int]:
+    """A process and all its descendants."""
     parents = {}
     for proc in Path("/proc").iterdir():
         try:
@@ -67,8 +66,14 @@ def tree_memory_mb(root: int) -> float:
     while frontier:
         frontier = {pid for pid, parent in parents.items() if parent in frontier}
         tree |= frontier
+    return tree
+
+
+def tree_memory_mb(root: int) -> float:
+    """Proportional set size (PSS) of a process and all its descendants: resident memory with each shared
+    page counted once across the processes sharing it, so Chromium's many processes are not over-counted."""
     kilobytes = 0
-    for pid in tree:
+    for pid in process_tree(root):
         try:
             kilobytes += int(re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M).group(1))
         except (OSError, AttributeError):
