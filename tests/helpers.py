@@ -17,9 +17,14 @@ def parse_config(config: str, *overrides: str) -> tuple[EnvArguments, RecipeConf
     return env_args, training_args, model_args
 
 
+def button_bid(page_text: str) -> str:
+    """The bid of click-test's button on the (last) page in the text."""
+    return re.findall(r"\[(\w+)\] button 'Click Me!'", page_text)[-1]
+
+
 def click_the_button(page_text: str) -> str:
     """A scripted policy for click-test: read the button's bid off the page."""
-    return "click('{}')".format(re.findall(r"\[(\w+)\] button 'Click Me!'", page_text)[-1])
+    return f"click('{button_bid(page_text)}')"
 
 
 def third_party_distributions(*files: str) -> dict[str, set[str]]:

@@ -7,6 +7,7 @@ import pytest
 
 from env_client import BrowserGymEnv
 from env_server import BrowserGymAction
+from helpers import button_bid
 
 
 @pytest.fixture
@@ -17,11 +18,6 @@ def env(env_server):
 
 def click(bid: str) -> BrowserGymAction:
     return BrowserGymAction(action_str=f"click('{bid}')")
-
-
-def button_bid(axtree: str) -> str:
-    line = next(line for line in axtree.splitlines() if "button 'Click Me!'" in line)
-    return line.strip().split("]")[0].lstrip("[")
 
 
 def test_health_answers(env_server):
