@@ -230,7 +230,6 @@ class EpisodeRunner:
         self.base_url = base_url
         self.max_turns = max_turns
         self.chat = ChatTurns(tokenizer, max_page_chars)
-        self.tokenizer = tokenizer
         self._loop = asyncio.new_event_loop()
         self._clients: list[BrowserGymEnv] = []
 
@@ -259,7 +258,7 @@ class EpisodeRunner:
             if not running:
                 break
             reply_ids, reply_logprobs = generate([episodes[i].context() for i in running])
-            replies = self.tokenizer.batch_decode(reply_ids, skip_special_tokens=True)
+            replies = self.chat.tokenizer.batch_decode(reply_ids, skip_special_tokens=True)
             actions = [parse_action(text) for text in replies]
             steps = await asyncio.gather(
                 *(
