@@ -173,7 +173,7 @@ def main() -> None:
     stock_loop(1, first_seed=10_000)  # warm-up: imports, first browser launch
     results = [measure("stock BrowserGym loop", args.episodes, os.getpid(), lambda: stock_loop(args.episodes, 0))]
     with LocalEnvServer("click-test", max_sessions=args.sessions) as server:
-        run_server(server, args.sessions, args.sessions, first_seed=10_000)  # warm-up: one browser per session
+        run_server(server, args.sessions, args.sessions, first_seed=10_000)  # warm-up: browsers, a context per session
         results.append(
             measure("env_server, 1 session", args.episodes, server.pid, lambda: run_server(server, 1, args.episodes, 0))
         )
