@@ -1,5 +1,7 @@
 # The environment server as a container: MiniWoB++ tasks over OpenEnv's WebSocket protocol.
-#   docker build -t browser-rl-env . && docker run -p 8000:8000 browser-rl-env
+#   docker build -t browser-rl-env .
+#   docker run -p 8000:8000 -e BROWSER_RL_ENV_TOKEN=$(openssl rand -hex 16) browser-rl-env
+# It listens beyond loopback, so it refuses to start without the token, which clients then send.
 FROM python:3.11-slim
 
 # Debian's Chromium; env_server.py links it in where Playwright expects its own build.

@@ -29,6 +29,35 @@ ACTION_SET = HighLevelActionSet(
 )
 ALLOWED_ACTIONS = frozenset(ACTION_SET.action_set)
 
+# One action is a short call; anything longer is not an action worth running.
+MAX_ACTION_CHARS = 1000
+# noop(wait_ms) is the one action whose cost the caller picks; a long wait would hold the session hostage.
+MAX_WAIT_MS = 10_000
+
+
+def action_code(action_str: str) -> str:
+    """The Python code BrowserGym runs for one allowed action; ValueError, saying why, for anything else.
+
+    The action is model output, so it is untrusted: it must be exactly one call, from the allowlist, with
+    literal arguments (BrowserGym's strict grammar), short, and it may not wait for long.
+    """
+    if not action_str.strip():
+        raise ValueError("empty action: write exactly one call, for example click('12')")
+    if len(action_str) > MAX_ACTION_CHARS:
+        raise ValueError(f"action of {len(action_str)} characters refused; the limit is {MAX_ACTION_CHARS}")
+    try:
+        code = ACTION_SET.to_python_code(action_str)
+    except Exception as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(
+            f"not a single call to an allowed action ({reason}); allowed: {', '.join(sorted(ALLOWED_ACTIONS))}"
+        ) from None
+    for name, args in highlevel_action_parser.parse_string(action_str).as_list():
+        waits = [getattr(arg, "value", arg) for arg in args] if name == "noop" else []
+        if any(isinstance(ms, (int, float)) and ms > MAX_WAIT_MS for ms in waits):
+            raise ValueError(f"noop may wait at most {MAX_WAIT_MS} ms")
+    return code
+
 
 def describe_actions() -> str:
     """The action reference shown to the model, written by BrowserGym from the functions themselves."""

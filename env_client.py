@@ -11,6 +11,8 @@ so a trainer scores every reply against the very context it was sampled from.
 """
 
 import asyncio
+import contextlib
+import json
 import logging
 import os
 import signal
@@ -25,10 +27,11 @@ from typing import Any, Callable
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
+from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from actions import describe_actions, parse_action
-from env_server import BrowserGymAction, BrowserGymObservation, BrowserGymState
+from env_server import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
 
@@ -42,7 +45,28 @@ GenerateFn = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]
 
 
 class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
-    """OpenEnv client for env_server.py, and for OpenEnv's public BrowserGym environment."""
+    """OpenEnv client for env_server.py, and for OpenEnv's public BrowserGym environment.
+
+    `token` (default: $BROWSER_RL_ENV_TOKEN) is sent as `Authorization: Bearer TOKEN`, which a server
+    listening beyond loopback requires.
+    """
+
+    def __init__(self, base_url: str, token: str | None = None, **kwargs: Any):
+        super().__init__(base_url, **kwargs)
+        self.token = token or os.environ.get(TOKEN_VARIABLE) or None
+
+    async def connect(self) -> "BrowserGymEnv":
+        if self._ws is None and self.token:
+            try:
+                self._ws = await ws_connect(
+                    self._ws_url,
+                    open_timeout=self._connect_timeout,
+                    max_size=self._max_message_size,
+                    additional_headers={"Authorization": f"Bearer {self.token}"},
+                )
+            except Exception as e:
+                raise ConnectionError(f"Failed to connect to {self._ws_url}: {e}") from e
+        return await super().connect()
 
     def _step_payload(self, action: BrowserGymAction) -> dict[str, Any]:
         return {"action_str": action.action_str, "metadata": action.metadata}
@@ -59,6 +83,19 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
     def _parse_state(self, payload: dict[str, Any]) -> BrowserGymState:
         return BrowserGymState(**{k: v for k, v in payload.items() if k in BrowserGymState.model_fields})
 
+    async def _send(self, message: dict[str, Any]) -> None:
+        try:
+            await super()._send(message)
+        except ConnectionClosed:
+            # A server at capacity answers a new connection with its reason and closes it at once; the reason
+            # is still queued here, and says more than "connection closed".
+            with contextlib.suppress(ConnectionClosed, ValueError, asyncio.TimeoutError):
+                refusal = json.loads(await asyncio.wait_for(self._ws.recv(), timeout=1))
+                if refusal.get("type") == "error":
+                    data = refusal.get("data", {})
+                    raise RuntimeError(f"Server error: {data.get('message')} (code: {data.get('code')})") from None
+            raise
+
     async def disconnect(self) -> None:
         """Ends the session and waits for the server to close the socket, which it does once the session's
         browser context is closed: the server's resources are released when this returns."""
@@ -72,41 +109,53 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
 
 
 class LocalEnvServer:
-    """env_server.py as a child process for the length of a `with` block; its browsers go with it."""
+    """env_server.py as a child process for the length of a `with` block; its browsers go with it.
+    `server_args` go to env_server.py as they are (e.g. ["--idle-timeout-s", "60"])."""
 
-    def __init__(self, task: str, max_sessions: int, startup_timeout_s: float = 180.0):
+    def __init__(self, task: str, max_sessions: int, server_args: list[str] = (), startup_timeout_s: float = 180.0):
         self.task = task
         self.max_sessions = max_sessions
+        self.server_args = list(server_args)
         self.startup_timeout_s = startup_timeout_s
-        self.url = ""
+        self.url = f"http://127.0.0.1:{free_port()}"
         self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> "LocalEnvServer":
-        port = free_port()
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def start(self) -> None:
         script = Path(__file__).with_name("env_server.py")
-        command = [sys.executable, str(script), "--port", str(port), "--task", self.task]
-        command += ["--max-sessions", str(self.max_sessions), "--parent-pid", str(os.getpid())]
+        command = [sys.executable, str(script), "--port", self.url.rsplit(":", 1)[1], "--task", self.task]
+        command += ["--max-sessions", str(self.max_sessions), "--parent-pid", str(os.getpid()), *self.server_args]
         # Its own process group, so that stopping it also stops the browsers it launched; and it watches
         # this process, so that it stops by itself if this one is killed.
         self._process = subprocess.Popen(command, start_new_session=True)
-        self.url = f"http://127.0.0.1:{port}"
         log.info("starting a local environment server at %s (pid %d)", self.url, self._process.pid)
         try:
             self._wait_until_healthy()
         except BaseException:
             self.stop()
             raise
-        return self
 
-    def __exit__(self, *exc_info) -> None:
+    def restart(self) -> None:
+        """A fresh server at the same URL, whatever state the old one is in."""
         self.stop()
+        self.start()
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
     def stop(self) -> None:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is None:
+            return
+        if self._process.poll() is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)  # what it left behind: browsers
             return
         os.killpg(self._process.pid, signal.SIGTERM)
         try:
@@ -178,9 +227,11 @@ class ChatTurns:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 
-def feedback(turn: int, action: str | None, observation: BrowserGymObservation) -> str:
+def feedback(turn: int, action: str | None, observation: BrowserGymObservation, cut_off: bool = False) -> str:
     """What became of the turn's action, which opens the next user message (the page follows it)."""
-    if action is None:
+    if cut_off:
+        outcome = "Your reply was cut off before it ended, so nothing was done. Reply with one short action."
+    elif action is None:
         outcome = "Your reply contained no valid action. Reply with exactly one action, for example click('12')."
     elif observation.error:
         outcome = f"Action {action} failed: {observation.error.strip()[:500]}"
@@ -197,9 +248,11 @@ class Episode:
     completion_ids: list[int] = field(default_factory=list)
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    replies: list[str] = field(default_factory=list)
     actions: list[str | None] = field(default_factory=list)
     done: bool = False
     env_reward: float = 0.0
+    first_observation: BrowserGymObservation | None = None
     observation: BrowserGymObservation | None = None
 
     @property
@@ -220,37 +273,72 @@ class Episode:
         self.logprobs += [0.0] * len(ids)
 
 
+class EnvironmentFailure(Exception):
+    """The environment failed, not the policy: the server is gone, did not answer in time, or answered with an
+    error. The batch's episodes are incomplete and must not be scored."""
+
+
 class EpisodeRunner:
     """Runs batches of episodes against one environment server, keeping a WebSocket session per slot.
 
-    The sessions live on one private event loop, so they persist from batch to batch.
+    The sessions live on one private event loop, so they persist from batch to batch. With `screenshots`,
+    every observation carries the page's pixels. If the environment fails, `run` drops the sessions (the
+    next run opens new ones) and raises EnvironmentFailure.
     """
 
-    def __init__(self, base_url: str, tokenizer, max_turns: int = 10, max_page_chars: int = 2000):
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer,
+        max_turns: int = 10,
+        max_page_chars: int = 2000,
+        screenshots: bool = False,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+    ):
         self.base_url = base_url
         self.max_turns = max_turns
+        self.screenshots = screenshots
+        self.token = token
+        self.timeout_s = timeout_s
         self.chat = ChatTurns(tokenizer, max_page_chars)
         self._loop = asyncio.new_event_loop()
         self._clients: list[BrowserGymEnv] = []
 
     def run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
         """Plays one episode per (task_name, seed) and returns them in the same order."""
-        return self._loop.run_until_complete(self._run(specs, generate))
+        try:
+            return self._loop.run_until_complete(self._run(specs, generate))
+        except EnvironmentFailure:
+            self._loop.run_until_complete(self._drop_sessions())
+            raise
 
     def close(self) -> None:
-        for client in self._clients:
-            self._loop.run_until_complete(client.close())
-        self._clients = []
+        self._loop.run_until_complete(self._drop_sessions())
         self._loop.close()
+
+    async def _drop_sessions(self) -> None:
+        clients, self._clients = self._clients, []
+        for client in clients:
+            with contextlib.suppress(Exception):  # a dead server cannot answer; the socket closes all the same
+                await asyncio.wait_for(client.close(), timeout=10)
+
+    async def _environment(self, *calls):
+        """Awaits calls to the server together; any failure of theirs is the environment's."""
+        try:
+            return await asyncio.gather(*calls)
+        except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
+            raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip()) from e
 
     async def _run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
         clients = await self._sessions(len(specs))
         episodes = [Episode(task_name, seed) for task_name, seed in specs]
-        results = await asyncio.gather(
-            *(client.reset(task_name=ep.task_name, seed=ep.seed) for client, ep in zip(clients, episodes))
+        options = {"screenshot": True} if self.screenshots else {}
+        results = await self._environment(
+            *(client.reset(task_name=ep.task_name, seed=ep.seed, **options) for client, ep in zip(clients, episodes))
         )
         for ep, result in zip(episodes, results):
-            ep.observation = result.observation
+            ep.first_observation = ep.observation = result.observation
             ep.prompt_ids = self.chat.first_prompt(result.observation)
 
         for turn in range(self.max_turns):
@@ -259,8 +347,11 @@ class EpisodeRunner:
                 break
             reply_ids, reply_logprobs = generate([episodes[i].context() for i in running])
             replies = self.chat.tokenizer.batch_decode(reply_ids, skip_special_tokens=True)
-            actions = [parse_action(text) for text in replies]
-            steps = await asyncio.gather(
+            # A reply cut off by the length limit is not acted on, even if it began with an action: otherwise
+            # the policy is rewarded for never ending its replies.
+            cut_off = [not ids or ids[-1] != self.chat.tokenizer.eos_token_id for ids in reply_ids]
+            actions = [None if cut else parse_action(text) for text, cut in zip(replies, cut_off)]
+            steps = await self._environment(
                 *(
                     clients[i].step(BrowserGymAction(action_str=action))
                     for i, action in zip(running, actions)
@@ -268,22 +359,23 @@ class EpisodeRunner:
                 )
             )
             stepped = iter(steps)
-            for i, ids, logprobs, action in zip(running, reply_ids, reply_logprobs, actions):
+            for i, ids, logprobs, text, action, cut in zip(running, reply_ids, reply_logprobs, replies, actions, cut_off):
                 ep = episodes[i]
                 ep.add_reply(ids, logprobs)
+                ep.replies.append(text)
                 ep.actions.append(action)
                 if action is not None:
                     result = next(stepped)
                     ep.observation, ep.done = result.observation, result.done
                     ep.env_reward = float(result.reward or 0.0)
                 if not ep.done and turn + 1 < self.max_turns:
-                    message = f"{feedback(turn, action, ep.observation)}\n\n{self.chat.page(ep.observation)}"
+                    message = f"{feedback(turn, action, ep.observation, cut)}\n\n{self.chat.page(ep.observation)}"
                     ep.add_environment(self.chat.next_turn(ids, message))
         return episodes
 
     async def _sessions(self, count: int) -> list[BrowserGymEnv]:
         while len(self._clients) < count:
-            client = BrowserGymEnv(base_url=self.base_url, message_timeout_s=120.0)
-            await client.connect()
+            client = BrowserGymEnv(self.base_url, token=self.token, message_timeout_s=self.timeout_s)
+            await self._environment(client.connect())
             self._clients.append(client)
         return self._clients[:count]

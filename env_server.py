@@ -10,6 +10,7 @@ MiniWoBEnvironment); `reset` takes `task_name`, `seed`, and `screenshot=True` fo
 
 import argparse
 import functools
+import hmac
 import logging
 import os
 import shutil
@@ -37,16 +38,19 @@ from browsergym.miniwob import ALL_MINIWOB_TASKS
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
+from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 from pydantic import Field
 
-from actions import ACTION_SET
+from actions import action_code
 
 log = logging.getLogger("env_server")
 
 DEFAULT_TASK = "click-test"
+MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
+TOKEN_VARIABLE = "BROWSER_RL_ENV_TOKEN"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class BrowserGymAction(Action):
@@ -163,7 +167,10 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         task_name: Optional[str] = None,
         screenshot: Optional[bool] = None,
     ) -> BrowserGymObservation:
+        self._check_open()
         task_name = task_name or self._default_task
+        if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
+            raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
         if task_name not in MINIWOB_TASKS:
             examples = ", ".join(sorted(MINIWOB_TASKS)[:5])
             raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
@@ -172,6 +179,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         return self._worker.call(self._reset, seed, episode_id, task_name)
 
     def step(self, action: BrowserGymAction, timeout_s: Optional[float] = None, **kwargs: Any) -> BrowserGymObservation:
+        self._check_open()
         if self._task is None:
             raise RuntimeError("call reset before step")
         return self._worker.call(self._step, action.action_str)
@@ -179,6 +187,10 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     @property
     def state(self) -> BrowserGymState:
         return self._state
+
+    def _check_open(self) -> None:
+        if self._worker is None:
+            raise RuntimeError("this session was closed (idle past the server's timeout); connect again")
 
     def close(self) -> None:
         if self._worker is not None:
@@ -196,7 +208,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
 
     def _step(self, action_str: str) -> BrowserGymObservation:
         try:
-            code = ACTION_SET.to_python_code(action_str)
+            code = action_code(action_str)
             execute_python_code(code, self._page, send_message_to_user=None, report_infeasible_instructions=None)
             error = ""
         except Exception as e:  # the action failed, not the server: the model reads why and tries again
@@ -317,23 +329,60 @@ def exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+class RequireToken:
+    """ASGI middleware: every HTTP request and WebSocket handshake must carry `Authorization: Bearer TOKEN`,
+    except GET /health, which says only that the server is up. Refused: HTTP 401, WebSocket closed (403)."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] in ("http", "websocket") and scope["path"] != "/health":
+            supplied = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(supplied, self.expected):
+                log.warning("refused a %s request without the right token from %s", scope["type"], scope.get("client"))
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                else:
+                    await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                    await send({"type": "http.response.body", "body": b"missing or wrong token\n"})
+                return
+        await self.app(scope, receive, send)
+
+
 def build_app(
     default_task: str = DEFAULT_TASK,
     max_sessions: int = 16,
     browsers: int = 2,
     screenshots: bool = False,
     settle_ms: int = 0,
+    idle_timeout_s: float | None = 600.0,
+    token: str | None = None,
 ):
     pool = BrowserPool(browsers)
-    return create_app(
+    app = create_app(
         functools.partial(
             MiniWoBEnvironment, pool=pool, default_task=default_task, screenshots=screenshots, settle_ms=settle_ms
         ),
         BrowserGymAction,
         BrowserGymObservation,
         env_name="browsergym_miniwob",
-        max_concurrent_envs=max_sessions,
+        # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s or None),
     )
+    if token:
+        app.add_middleware(RequireToken, token=token)
+    return app
+
+
+def exposure(host: str, token: str | None) -> str | None:
+    """How the server can be reached, for the startup log; None if the combination is refused."""
+    if host in LOOPBACK_HOSTS:
+        return "loopback only: reachable from this machine" + (", with the token" if token else "")
+    if token:
+        return f"reachable from the network on {host}; every request except GET /health must carry the token"
+    return None
 
 
 def main() -> None:
@@ -350,19 +399,32 @@ def main() -> None:
     parser.add_argument(
         "--settle-ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
     )
+    parser.add_argument(
+        "--idle-timeout-s", type=float, default=600.0, help="close a session idle this long (0: never)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
+    # The token comes from the environment, not the command line, which other users of the machine can read.
+    token = os.environ.get(TOKEN_VARIABLE) or None
+    reach = exposure(args.host, token)
+    if reach is None:
+        parser.error(
+            f"refusing to listen on {args.host} without a token: anyone who reaches the port could drive the "
+            f"browsers. Set {TOKEN_VARIABLE} (clients send it too), or keep the default loopback --host."
+        )
+    if args.task not in MINIWOB_TASKS:
+        parser.error(f"unknown MiniWoB task {args.task!r}")
     if args.parent_pid:
         exit_with_parent(args.parent_pid)
     use_packaged_miniwob_pages()
     ensure_chromium()
-    if args.task not in MINIWOB_TASKS:
-        parser.error(f"unknown MiniWoB task {args.task!r}")
-    app = build_app(args.task, args.max_sessions, args.browsers, args.screenshots, args.settle_ms)
+    app = build_app(
+        args.task, args.max_sessions, args.browsers, args.screenshots, args.settle_ms, args.idle_timeout_s, token
+    )
     log.info(
-        "serving MiniWoB (default task %s) on http://%s:%d, up to %d sessions on %d browsers",
-        args.task, args.host, args.port, args.max_sessions, args.browsers,
+        "serving MiniWoB (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, idle ones closed after %.0fs",
+        args.task, args.host, args.port, reach, args.max_sessions, args.browsers, args.idle_timeout_s,
     )  # fmt: skip
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

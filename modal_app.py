@@ -14,6 +14,7 @@ and RNG state restored.
 
 import datetime
 import os
+import sys
 from pathlib import Path
 
 import modal
@@ -68,16 +69,13 @@ class CommitCheckpoints(TrainerCallback):
     volumes={HF_CACHE_DIR: hf_cache, str(CHECKPOINTS_DIR): checkpoints},
 )
 def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
-    """Trains `config_yaml` into the run's directory, resuming from its latest checkpoint if it has one."""
+    """Trains `config_yaml` into the run's directory; a retry resumes from its last checkpoint (train.main does)."""
     train.setup_logging()
     run_dir = CHECKPOINTS_DIR / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
-    last_checkpoint = train.last_complete_checkpoint(run_dir)
-    if last_checkpoint is not None:
-        args += ["--resume_from_checkpoint", last_checkpoint]
     env_args, training_args, model_args, _ = train.parse_args(args)
     callbacks = [] if modal.is_local() else [CommitCheckpoints()]
     train.main(env_args, training_args, model_args, callbacks)
@@ -93,10 +91,14 @@ def run_name_for(config: dict) -> str:
 
 @app.local_entrypoint()
 def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""):
-    config_yaml = Path(config).read_text()
     extra_args = ["--use_peft"] if use_peft else []
     # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
-    *_, settings = train.parse_args(["--config", config, *extra_args])
+    try:
+        *_, settings = train.parse_args(["--config", config, *extra_args])
+    except train.ConfigError as error:
+        print(f"modal_app.py: configuration error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    config_yaml = Path(config).read_text()
     run_name = run_name or run_name_for(yaml.safe_load(config_yaml))
     print(f"run {run_name}: {config} on a Modal {settings.modal_gpu}, up to {settings.modal_retries} retries")
     train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args)

@@ -9,23 +9,37 @@ environment options of EnvArguments below. Without `env_url`, an environment ser
 and stopped at exit.
 """
 
+import ast
 import contextlib
 import copy
+import difflib
+import functools
+import itertools
+import json
 import logging
+import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
+import yaml
 from datasets import Dataset
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
-from env_client import EpisodeRunner, GenerateFn, LocalEnvServer
+from env_client import Episode, EnvironmentFailure, EpisodeRunner, GenerateFn, LocalEnvServer
+from env_server import MINIWOB_TASKS
 from rewards import task_success
 
 log = logging.getLogger("train")
+
+METRICS_FILE = "metrics.jsonl"
+REMOTE_RECOVERY_WAIT_S = 30.0  # after a failure of a server that train.py did not start
+CURVE_FILE = "learning_curve.png"
 
 
 @dataclass
@@ -37,6 +51,22 @@ class EnvArguments:
     max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
     max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
     num_task_seeds: int = field(default=1000, metadata={"help": "distinct task instances (seeds) to train on"})
+    env_token: str | None = field(
+        default=None, metadata={"help": "token of a server beyond loopback; default $BROWSER_RL_ENV_TOKEN"}
+    )
+    env_timeout_s: float = field(default=120.0, metadata={"help": "longest wait for one answer of the server"})
+    max_env_failures: int = field(
+        default=3, metadata={"help": "environment failures in a row before the run stops (each re-runs the step)"}
+    )
+
+    def __post_init__(self):
+        if self.task_name not in MINIWOB_TASKS:
+            raise ValueError(f"task_name: unknown MiniWoB task {self.task_name!r}")
+        for name in ("max_turns", "max_page_chars", "num_task_seeds", "env_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_env_failures < 0:
+            raise ValueError(f"max_env_failures must be 0 or more, got {self.max_env_failures}")
 
 
 @dataclass
@@ -77,38 +107,41 @@ def task_dataset(task_name: str, num_seeds: int) -> Dataset:
     )
 
 
-def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
-    """Batched sampling with the training model, returning each sampled token's log-probability under the
-    same temperature-scaled distribution the trainer scores (log_softmax(logits / temperature))."""
-    tokenizer = trainer.processing_class
-    generation_config = copy.deepcopy(trainer.generation_config)
+def sample_replies(
+    model, contexts: list[list[int]], generation_config, pad_token_id: int, eos_token_ids: list[int], temperature: float
+) -> tuple[list[list[int]], list[list[float]]]:
+    """One batched `generate` over left-padded contexts. Returns each reply up to and including its first
+    end-of-turn token, and each sampled token's log-probability under log_softmax(logits / temperature), the
+    distribution the trainer scores (greedy decoding when temperature is 0: log-probs at temperature 1)."""
+    width = max(map(len, contexts))
+    input_ids = torch.tensor([[pad_token_id] * (width - len(c)) + c for c in contexts], device=model.device)
+    attention_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=model.device)
+    generation_config = copy.deepcopy(generation_config)
     generation_config.update(output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config)
+    sampled = out.sequences[:, width:]
+    logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
+    logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+    replies, reply_logprobs = [], []
+    for ids, lps in zip(sampled.tolist(), logprobs.tolist()):
+        end = next((i + 1 for i, t in enumerate(ids) if t in eos_token_ids), len(ids))
+        replies.append(ids[:end])
+        reply_logprobs.append(lps[:end])
+    return replies, reply_logprobs
+
+
+def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
+    """Batched sampling with the training model itself."""
 
     def generate(contexts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
-        width = max(map(len, contexts))
-        input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(c)) + c for c in contexts])
-        attention_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts])
-        device = trainer.accelerator.device
-        with (
-            unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
-            ) as model,
-            torch.no_grad(),
-        ):
-            out = model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=generation_config,
-            )
-        sampled = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float() / trainer.temperature
-        logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
-        replies, reply_logprobs = [], []
-        for ids, lps in zip(sampled.tolist(), logprobs.tolist()):
-            end = next((i + 1 for i, t in enumerate(ids) if t in trainer.eos_token_ids), len(ids))
-            replies.append(ids[:end])
-            reply_logprobs.append(lps[:end])
-        return replies, reply_logprobs
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
+        ) as model:
+            return sample_replies(
+                model, contexts, trainer.generation_config, trainer.processing_class.pad_token_id,
+                trainer.eos_token_ids, trainer.temperature,
+            )  # fmt: skip
 
     return generate
 
@@ -125,22 +158,49 @@ def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
     return generate
 
 
-def make_rollout_func(runner: EpisodeRunner, dataset: Dataset):
-    """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out."""
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    replies = [action for e in episodes for action in e.actions]
+    return {
+        "episodes/success_rate": sum(task_success(None, [e.done], [e.env_reward])[0] for e in episodes) / len(episodes),
+        "episodes/turns": len(replies) / len(episodes),
+        "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
+    }
+
+
+class EnvironmentUnavailable(Exception):
+    """The environment failed max_env_failures times in a row."""
+
+
+def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, recover: Callable[[], None], max_env_failures: int):
+    """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out.
+
+    When the environment fails mid-rollout, `recover` restarts or waits for it and the whole batch runs again:
+    an episode the environment cut short says nothing about the policy, so it is never scored.
+    """
     task_of_prompt = {row["prompt"]: (row["task_name"], row["seed"]) for row in dataset}
+
+    def run_episodes(specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
+        for failure in itertools.count(1):
+            try:
+                return runner.run(specs, generate)
+            except EnvironmentFailure as error:
+                if failure > max_env_failures:
+                    raise EnvironmentUnavailable(f"the environment failed {failure}x in a row, last with {error}") from error
+                log.warning(
+                    "environment failure %d of at most %d (%s): recovering, then running the batch's %d episodes again",
+                    failure, max_env_failures, error, len(specs),
+                )  # fmt: skip
+                recover()
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
         generate = vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer)
         start = time.perf_counter()
-        episodes = runner.run([task_of_prompt[p] for p in prompts], generate)
-        seconds = time.perf_counter() - start
-        solved = sum(task_success(None, [e.done for e in episodes], [e.env_reward for e in episodes]))
-        replies = sum(e.turns for e in episodes)
-        unparsed = sum(a is None for e in episodes for a in e.actions)
-        log.info(
-            "rollout: %d episodes in %.1fs (%.2f episodes/s), solved %d, %.1f turns each, %d/%d replies without an action",
-            len(episodes), seconds, len(episodes) / seconds, solved, replies / len(episodes), unparsed, replies,
-        )  # fmt: skip
+        episodes = run_episodes([task_of_prompt[p] for p in prompts], generate)
+        metrics = episode_metrics(episodes) | {"episodes/per_second": len(episodes) / (time.perf_counter() - start)}
+        # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
+        # these reach metrics.jsonl, the step line and any configured tracker alike.
+        for name, value in metrics.items():
+            trainer._metrics["train"][name].append(value)
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
             "completion_ids": [e.completion_ids for e in episodes],
@@ -160,10 +220,58 @@ class StepPrinter(TrainerCallback):
         if not logs or "reward" not in logs:
             return
         log.info(
-            "step %d/%d | reward %.3f (std %.3f) | loss %.4f | completion tokens %.0f | lr %.2e",
-            state.global_step, state.max_steps, logs["reward"], logs.get("reward_std", 0.0), logs.get("loss", float("nan")),
-            logs.get("completions/mean_length", 0.0), logs.get("learning_rate", 0.0),
+            "step %d/%d | success %.1f%% | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
+            " | entropy %.3f | lr %.2e | %.1f episodes/s",
+            state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")),
+            logs["reward"], logs.get("reward_std", 0.0), logs.get("episodes/turns", float("nan")),
+            100 * logs.get("episodes/unparsed_share", float("nan")), logs.get("loss", float("nan")),
+            logs.get("entropy", float("nan")), logs.get("learning_rate", 0.0), logs.get("episodes/per_second", 0.0),
         )  # fmt: skip
+
+
+class MetricsLog(TrainerCallback):
+    """Appends every logged step to OUTPUT_DIR/metrics.jsonl as it happens (a crash loses nothing, a resumed
+    run continues the file) and draws OUTPUT_DIR/learning_curve.png from it when training ends."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+            with open(Path(args.output_dir) / METRICS_FILE, "a") as f:
+                f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and (Path(args.output_dir) / METRICS_FILE).exists():
+            path = plot_learning_curve(Path(args.output_dir) / METRICS_FILE, Path(args.output_dir) / CURVE_FILE)
+            log.info("learning curve: %s", path)
+
+
+def plot_learning_curve(metrics_file: Path, image_file: Path, title: str | None = None) -> Path:
+    """Success rate per step (with a moving average) and episode length, from a metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    rows = {r["step"]: r for r in rows if "episodes/success_rate" in r}  # a resumed run may log a step twice
+    steps = sorted(rows)
+    success = [rows[s]["episodes/success_rate"] for s in steps]
+    window = max(1, len(steps) // 10)
+    smooth = [sum(success[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(success))]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
+    top.plot(steps, success, ".", alpha=0.4, label="per step")
+    top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
+    top.set_ylabel("success rate (training episodes)")
+    top.set_ylim(-0.05, 1.05)
+    top.legend(loc="lower right")
+    bottom.plot(steps, [rows[s]["episodes/turns"] for s in steps], "-")
+    bottom.set_ylabel("turns per episode")
+    bottom.set_xlabel("GRPO step")
+    top.set_title(title or metrics_file.parent.name)
+    fig.tight_layout()
+    fig.savefig(image_file, dpi=100)
+    plt.close(fig)
+    return image_file
 
 
 def build_trainer(
@@ -172,6 +280,7 @@ def build_trainer(
     model_args: ModelConfig,
     tokenizer,
     runner: EpisodeRunner,
+    recover: Callable[[], None],
     callbacks: list[TrainerCallback] = (),
 ) -> GRPOTrainer:
     peft_config = get_peft_config(model_args)
@@ -186,8 +295,8 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        rollout_func=make_rollout_func(runner, dataset),
-        callbacks=[StepPrinter(), *callbacks],
+        rollout_func=make_rollout_func(runner, dataset, recover, env_args.max_env_failures),
+        callbacks=[StepPrinter(), MetricsLog(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
     return trainer
@@ -200,9 +309,36 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     return str(max(complete, key=lambda p: int(p.name.split("-")[-1]))) if complete else None
 
 
+class ConfigError(Exception):
+    """A configuration the recipe cannot run, with a message that names the key and the file."""
+
+
 def parse_args(args: list[str] | None = None) -> tuple[EnvArguments, RecipeConfig, ModelConfig, ModalArguments]:
     """The recipe from `--config FILE` and command-line overrides (sys.argv when args is None)."""
-    return TrlParser((EnvArguments, RecipeConfig, ModelConfig, ModalArguments)).parse_args_and_config(args)
+    args = list(sys.argv[1:] if args is None else args)
+    source = f"{args[args.index('--config') + 1]} or the command line" if "--config" in args[:-1] else "the command line"
+    parser = TrlParser((EnvArguments, RecipeConfig, ModelConfig, ModalArguments))
+
+    def fail(message: str):
+        raise ConfigError(f"{message} (in {source})")
+
+    parser.error = fail  # argparse would print a usage of several hundred options before its one-line message
+    try:
+        return parser.parse_args_and_config(args)
+    except ConfigError:
+        raise
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file not found: {e.filename}") from None
+    except yaml.YAMLError as e:
+        fail(f"not valid YAML: {' '.join(str(e).split())}")
+    except ValueError as e:
+        unknown = re.search(r"Unknown arguments from config file: (\[.*?\])\.", str(e))
+        if unknown is None:
+            fail(str(e))
+        keys = [k.removeprefix("--") for k in ast.literal_eval(unknown.group(1))[::2]]
+        known = [action.dest for action in parser._actions]
+        hints = [f"{k!r}" + "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(k, known, 1)) for k in keys]
+        fail(f"unknown key {', '.join(hints)}; keys are GRPOConfig's, ModelConfig's and train.py's EnvArguments'")
 
 
 def main(
@@ -213,14 +349,19 @@ def main(
 ) -> None:
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     with contextlib.ExitStack() as stack:
-        env_url = env_args.env_url
-        if env_url is None:
+        server = None
+        if env_args.env_url is None:
             server = LocalEnvServer(env_args.task_name, max_sessions=training_args.generation_batch_size)
-            env_url = stack.enter_context(server).url
-        runner = EpisodeRunner(env_url, tokenizer, env_args.max_turns, env_args.max_page_chars)
+            stack.enter_context(server)
+        runner = EpisodeRunner(
+            env_args.env_url or server.url, tokenizer, env_args.max_turns, env_args.max_page_chars,
+            token=env_args.env_token, timeout_s=env_args.env_timeout_s,
+        )  # fmt: skip
         stack.callback(runner.close)
+        # A local server is restarted; a remote one (a container, a hosted space) is given time to come back.
+        recover = server.restart if server else functools.partial(time.sleep, REMOTE_RECOVERY_WAIT_S)
 
-        trainer = build_trainer(env_args, training_args, model_args, tokenizer, runner, callbacks)
+        trainer = build_trainer(env_args, training_args, model_args, tokenizer, runner, recover, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(
@@ -228,9 +369,12 @@ def main(
             "LoRA" if model_args.use_peft else "full fine-tune", f"{trainable:,}", f"{total:,}",
             100 * trainable / total, "vLLM (colocated)" if training_args.use_vllm else "transformers",
         )  # fmt: skip
-        if training_args.resume_from_checkpoint:
-            log.info("resuming from %s", training_args.resume_from_checkpoint)
-        trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        # A run continues from the last complete checkpoint in its output directory: rerunning the command
+        # after a crash, a kill or a preemption resumes it. A new output_dir starts afresh.
+        resume_from = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+        if resume_from:
+            log.info("resuming from %s", resume_from)
+        trainer.train(resume_from_checkpoint=resume_from)
         trainer.save_model(training_args.output_dir)
         log.info("final %s saved to %s", "adapter" if model_args.use_peft else "model", training_args.output_dir)
 
@@ -241,5 +385,14 @@ def setup_logging() -> None:
 
 if __name__ == "__main__":
     setup_logging()
-    env_args, training_args, model_args, _modal_args = parse_args()
-    main(env_args, training_args, model_args)
+    try:
+        env_args, training_args, model_args, _modal_args = parse_args()
+    except ConfigError as error:
+        print(f"train.py: configuration error: {error}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        main(env_args, training_args, model_args)
+    except EnvironmentUnavailable as error:
+        log.error("stopping: %s. Checkpoints are kept in %s; the same command resumes from the last one.",
+                  error, training_args.output_dir)  # fmt: skip
+        sys.exit(1)

@@ -18,5 +18,5 @@ def tokenizer(tiny_model):
 @pytest.fixture(scope="session")
 def env_server():
     """One real env_server.py process with real Chromium, shared by the tests that need a browser."""
-    with LocalEnvServer("click-test", max_sessions=16) as server:
+    with LocalEnvServer("click-test", max_sessions=16, server_args=["--browsers", "2"]) as server:
         yield server

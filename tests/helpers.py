@@ -2,10 +2,12 @@ import ast
 import importlib.metadata
 import re
 import sys
+import time
 from pathlib import Path
 
 from trl import ModelConfig
 
+from bench.env_throughput import process_tree
 from train import EnvArguments, RecipeConfig, parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +56,33 @@ def local_modules(*files: str) -> set[str]:
                 names = [node.module]
             modules |= {n.split(".")[0] for n in names if (ROOT / f"{n.split('.')[0]}.py").exists()}
     return modules
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for its parent."""
+    try:
+        return "Z" != (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return False
+
+
+def chromium_processes(server_pid: int) -> set[int]:
+    """The live Chromium processes (browsers and their renderers) under an environment server."""
+    found = set()
+    for pid in process_tree(server_pid):
+        try:
+            if alive(pid) and b"chrom" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            pass
+    return found
+
+
+def wait_for(condition, timeout_s: float = 30.0) -> bool:
+    """Polls until condition() is true; whether it became true in time."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.25)
+    return True

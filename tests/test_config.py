@@ -1,4 +1,6 @@
 import logging
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -8,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 from helpers import ROOT, parse_config
-from train import task_dataset
+from train import ConfigError, parse_args, task_dataset
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
 
@@ -67,8 +69,42 @@ def test_task_dataset_has_one_row_per_seed_with_a_unique_prompt():
     assert len(set(dataset["prompt"])) == 5 and set(dataset["task_name"]) == {"click-test"}
 
 
-def test_an_unknown_config_key_is_refused(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("model_name_or_path: x\nnot_an_option: 1\n")
-    with pytest.raises(ValueError, match="not_an_option"):
-        parse_config(str(bad))
+@pytest.mark.parametrize(
+    "yaml_text, overrides, message",
+    [
+        ("max_turn: 3\n", [], "unknown key 'max_turn' (did you mean 'max_turns'?)"),
+        ("learning_rate: fast\n", [], "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
+        ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
+        ("task_name: click-tset\n", [], "task_name: unknown MiniWoB task 'click-tset'"),
+        ("num_generations: 3\n", [], "generation_batch_size (8) must be divisible by num_generations (3)"),
+        ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
+        ("", ["--max_steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),
+    ],
+)
+def test_a_config_error_is_one_paragraph_naming_the_key_and_the_file(tmp_path, yaml_text, overrides, message):
+    config = tmp_path / "recipe.yaml"
+    config.write_text((ROOT / "configs/smoke.yaml").read_text() + yaml_text)
+    with pytest.raises(ConfigError) as error:
+        parse_args(["--config", str(config), *overrides])
+    assert message in str(error.value)
+    assert f"(in {config} or the command line)" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_missing_config_file_is_named():
+    with pytest.raises(ConfigError, match="config file not found: no/such.yaml"):
+        parse_args(["--config", "no/such.yaml"])
+
+
+def test_train_py_exits_with_status_2_and_no_traceback_on_a_config_error(tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text("model_name_or_path: x\nnot_an_option: 1\n")
+    result = subprocess.run([sys.executable, "train.py", "--config", str(config)], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "train.py: configuration error: unknown key 'not_an_option'" in result.stderr
+    assert str(config) in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("config", ["config.yaml", "configs/smoke.yaml", "configs/learning.yaml"])
+def test_every_shipped_config_loads(config):
+    parse_config(config)

@@ -107,7 +107,7 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model,
     _, log = second.communicate(timeout=600)
     assert second.returncode == 0, log[-3000:]
     assert f"resuming from {resumed_from}" in log
-    assert len(re.findall(r"rollout: ", log)) == 4 - done_before  # only the remaining steps were run
+    assert len(re.findall(r"step \d/4 \|", log)) == 4 - done_before  # only the remaining steps were run
     state = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == state["max_steps"] == 4
     assert [e["step"] for e in state["log_history"] if "reward" in e] == [1, 2, 3, 4]

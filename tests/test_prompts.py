@@ -52,6 +52,7 @@ def test_turns_concatenate_to_what_the_chat_template_renders(tokenizer):
 
 def test_feedback_says_what_happened():
     assert "no valid action" in feedback(0, None, observation())
+    assert "cut off" in feedback(0, None, observation(), cut_off=True)
     failed = feedback(1, "click('99')", observation(error='ValueError: Could not find element with bid "99"'))
     assert failed.startswith("Step 2. Action click('99') failed: ValueError: Could not find element")
     assert feedback(2, "click('13')", observation()) == "Step 3. Action click('13') done."

@@ -20,8 +20,9 @@ def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
-    # Episode 0 solves the task at once, episode 1 first writes no action, episode 2 never acts usefully.
-    scripts = [["CLICK"], ["hello", "CLICK"], ["noop(10)", "noop(10)", "noop(10)"]]
+    # Episode 0 solves the task at once, episode 1 first writes no action, episode 2 never acts usefully,
+    # episode 3's first reply is cut off by the length limit (no end-of-turn token) and is not acted on.
+    scripts = [["CLICK"], ["hello", "CLICK"], ["noop(10)", "noop(10)", "noop(10)"], ["CUT CLICK", "CLICK"]]
     calls = []
 
     def scripted_policy(contexts):
@@ -31,21 +32,26 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
         replies = []
         for i, context in zip(running, contexts):
             text = scripts[i][turn]
-            if text == "CLICK":
+            end = [] if text.startswith("CUT ") else [tokenizer.eos_token_id]
+            if text.endswith("CLICK"):
                 text = click_the_button(tokenizer.decode(context))
-            replies.append(tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id])
+            replies.append(tokenizer.encode(text, add_special_tokens=False) + end)
         return replies, [[-1.0] * len(r) for r in replies]
 
     runner = EpisodeRunner(env_server.url, tokenizer, max_turns=3)
     try:
-        episodes = runner.run([("click-test", 5)] * 3, scripted_policy)
+        episodes = runner.run([("click-test", 5)] * 4, scripted_policy)
     finally:
         runner.close()
 
     # One generation call per turn, over exactly the episodes still running.
-    assert [len(c) for c in calls] == [3, 2, 1]
-    assert [(e.done, e.env_reward, e.turns) for e in episodes] == [(True, 1.0, 1), (True, 1.0, 2), (False, 0.0, 3)]
+    assert [len(c) for c in calls] == [4, 3, 1]
+    assert [(e.done, e.env_reward, e.turns) for e in episodes] == [
+        (True, 1.0, 1), (True, 1.0, 2), (False, 0.0, 3), (True, 1.0, 2)
+    ]  # fmt: skip
     assert episodes[1].actions[0] is None and episodes[2].actions == ["noop(10)"] * 3
+    assert episodes[3].actions[0] is None and episodes[3].replies[0].startswith("click(")
+    assert "cut off" in tokenizer.decode(episodes[3].completion_ids)
 
     for i, episode in enumerate(episodes):
         # Each turn's context is the episode's own token sequence up to that point, nothing re-rendered.
@@ -91,7 +97,7 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(env_s
     monkeypatch.setattr(train, "transformers_generate", recording(train.transformers_generate))
     runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
     try:
-        trainer = train.build_trainer(env_args, training_args, model_args, tokenizer, runner)
+        trainer = train.build_trainer(env_args, training_args, model_args, tokenizer, runner, recover=lambda: None)
         trainer.model.train()
         # The trainer's own path from dataset rows to the tensors its loss consumes.
         out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)

@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM
 
 import train
 from bench.env_throughput import process_tree
-from helpers import ROOT, parse_config
+from helpers import ROOT, alive, parse_config
 
 FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
 
@@ -40,6 +42,13 @@ def assert_steps_logged(log_history):
 
 def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, env_server, tmp_path):
     assert_steps_logged(run_training(tiny_model, env_server.url, tmp_path))
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "reward" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:
+        assert {"episodes/success_rate", "episodes/turns", "episodes/unparsed_share", "entropy", "loss"} <= m.keys()
+        assert m["episodes/success_rate"] == m["reward"]  # the reward is task success
+    assert Image.open(tmp_path / "learning_curve.png").width > 300
     for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
         model = AutoModelForCausalLM.from_pretrained(path)
         assert model.config.model_type == "lfm2"
@@ -81,7 +90,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
     log = result.stderr
     assert "No CUDA device: generating with transformers instead of vLLM" in log
     assert re.search(r"full fine-tune: [\d,]+ trainable parameters", log)
-    assert re.search(r"step 1/1 \| reward [\d.]+", log)
+    assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
     assert "stopped the local environment server" in log
     assert (tmp_path / "model.safetensors").exists()
     assert env_server_pids() <= before
@@ -97,7 +106,7 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     for line in process.stderr:
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))
-        if "rollout:" in line or time.monotonic() > deadline:
+        if re.search(r"step \d+/50 \|", line) or time.monotonic() > deadline:
             break
     assert server_pid in env_server_pids()
     process.send_signal(signal.SIGINT)
@@ -106,13 +115,6 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     assert env_server_pids() <= before
     with pytest.raises(ProcessLookupError):
         os.kill(server_pid, 0)
-
-
-def alive(pid: int) -> bool:
-    try:
-        return "Z" != (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
-    except OSError:
-        return False
 
 
 def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
@@ -134,3 +136,12 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     while any(alive(pid) for pid in server_tree) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in server_tree if alive(pid)]
+
+
+def test_a_configured_tracker_receives_the_episode_metrics(tiny_model, env_server, tmp_path):
+    run_training(tiny_model, env_server.url, tmp_path, "--report_to", "tensorboard")
+    events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents.*")).parent))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/reward", "train/episodes/success_rate", "train/episodes/turns", "train/loss"} <= tags
+    assert [e.step for e in events.Scalars("train/episodes/success_rate")] == [1, 2]

@@ -1,0 +1,201 @@
+"""Proves that the recipe learns, on the CPU: a weak tiny LFM2, then GRPO alone, full and LoRA, on click-test.
+
+    python bench/learning.py            # the benchmark: before/after table and learning curves (~25 min)
+    python bench/learning.py --quick    # the short version CI runs: fails unless the success rate went up
+
+1. A starting policy that is weak but not hopeless, built honestly: the randomly initialised tiny LFM2
+   (tiny_lfm2.py) is fine-tuned with TRL's SFTTrainer on real first pages of click-test, each paired with
+   ten well-formed replies of which one is right (click the button), eight are valid actions that do not
+   solve the task, and one holds no action. It learns to write actions, and picks the right one about one
+   time in ten per turn.
+2. evaluate.py measures it on held-out seeds, sampling at temperature 1 (the distribution GRPO trains).
+3. train.py trains it with GRPO against the real environment (configs/learning.yaml), once as a full
+   fine-tune and once with LoRA, both from the same starting policy; the only reward is task success.
+4. evaluate.py measures both. The table and the wall times are printed; results.json and a figure with
+   both learning curves are written to the output directory.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import train  # noqa: E402
+from env_client import EpisodeRunner, LocalEnvServer  # noqa: E402
+from evaluate import EvalArguments, evaluate  # noqa: E402
+from tiny_lfm2 import build_tiny_lfm2  # noqa: E402
+
+log = logging.getLogger("learning")
+
+TASK = "click-test"
+GRPO_CONFIG = ROOT / "configs" / "learning.yaml"
+
+
+def warm_up_replies(button_bid: str) -> list[str]:
+    """One right reply, six valid actions that leave the task unsolved, one reply without an action."""
+    wrong = [f"hover('{button_bid}')", f"focus('{button_bid}')", f"clear('{button_bid}')", "click('12')", "click('14')", "noop()"]
+    return [f"click('{button_bid}')", *wrong, "I will click the button."]
+
+
+def first_pages(env_url: str, tokenizer, seeds: range) -> list:
+    """Episodes that have only begun: their first observation and first prompt, token for token as the
+    policy sees them."""
+    runner = EpisodeRunner(env_url, tokenizer, max_turns=0)
+    try:
+        return runner.run([(TASK, seed) for seed in seeds], generate=None)
+    finally:
+        runner.close()
+
+
+def warm_up_dataset(env_url: str, tokenizer, replies: Callable[[str], list[str]]) -> Dataset:
+    rows = {"input_ids": [], "completion_mask": []}
+    for episode in first_pages(env_url, tokenizer, range(16)):
+        bid = episode.observation.axtree_txt.split("] button")[0].rsplit("[", 1)[1]
+        for reply in replies(bid):
+            completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
+            rows["input_ids"].append(episode.prompt_ids + completion)
+            rows["completion_mask"].append([0] * len(episode.prompt_ids) + [1] * len(completion))
+    return Dataset.from_dict(rows)
+
+
+def warm_up(
+    base_model: str,
+    output_dir: Path,
+    env_url: str,
+    replies: Callable[[str], list[str]] = warm_up_replies,
+    steps: int = 150,
+    batch_size: int = 16,
+    learning_rate: float = 1e-3,
+) -> str:
+    """Supervised fine-tuning on click-test's first pages, each followed by every reply of `replies(button
+    bid)`, with the loss on the replies only."""
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    config = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        completion_only_loss=True,
+        max_length=None,
+        logging_steps=50,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        bf16=False,  # bf16 autocast on a CPU is several times slower than fp32
+        gradient_checkpointing=False,
+        seed=0,
+    )
+    model = AutoModelForCausalLM.from_pretrained(base_model)
+    trainer = SFTTrainer(
+        model=model, args=config, train_dataset=warm_up_dataset(env_url, tokenizer, replies), processing_class=tokenizer
+    )
+    trainer.train()
+    trainer.save_model(str(output_dir))
+    return str(output_dir)
+
+
+def grpo(start_model: str, output_dir: Path, env_url: str, *overrides: str) -> float:
+    """train.py's own entry point on configs/learning.yaml; returns the wall time in seconds."""
+    args = ["--config", str(GRPO_CONFIG), "--model_name_or_path", start_model, "--env_url", env_url]
+    env_args, training_args, model_args, _ = train.parse_args([*args, "--output_dir", str(output_dir), *overrides])
+    start = time.perf_counter()
+    train.main(env_args, training_args, model_args)
+    return time.perf_counter() - start
+
+
+def measure(model: str, env_url: str, episodes: int, max_turns: int) -> dict:
+    return evaluate(
+        EvalArguments(model=model, task_name=TASK, episodes=episodes, temperature=1.0, max_turns=max_turns, env_url=env_url)
+    )
+
+
+def table(results: dict) -> str:
+    lines = [f"{'policy':<18} {'success (95% CI)':<24} {'turns to success':>16} {'no action':>10} {'GRPO wall':>10}"]
+    for name, r in results.items():
+        low, high = r["ci95"]
+        success = f"{100 * r['success_rate']:.0f}% ({100 * low:.0f}-{100 * high:.0f}%)"
+        turns = "-" if r["mean_turns_to_success"] is None else f"{r['mean_turns_to_success']:.2f}"
+        wall = f"{r['grpo_seconds'] / 60:.1f} min" if "grpo_seconds" in r else "-"
+        lines.append(f"{name:<18} {success:<24} {turns:>16} {100 * r['unparsed_share']:>9.0f}% {wall:>10}")
+    return "\n".join(lines)
+
+
+def plot(results: dict, run_dirs: dict[str, Path], image_file: Path) -> None:
+    """Training success per step (moving average) of each run, with the evaluated rates before and after."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    before = results["starting policy"]["success_rate"]
+    ax.axhline(before, color="grey", linestyle=":", label=f"starting policy, evaluated ({100 * before:.0f}%)")
+    for (name, run_dir), color in zip(run_dirs.items(), ["tab:blue", "tab:orange"]):
+        rows = [json.loads(line) for line in (run_dir / train.METRICS_FILE).read_text().splitlines()]
+        rows = {r["step"]: r["episodes/success_rate"] for r in rows if "episodes/success_rate" in r}
+        steps, success = sorted(rows), [rows[s] for s in sorted(rows)]
+        window = 5
+        smooth = [sum(success[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(steps))]
+        ax.plot(steps, smooth, color=color, label=f"{name}: training episodes ({window}-step average)")
+        rate, (low, high) = results[name]["success_rate"], results[name]["ci95"]
+        ax.errorbar([steps[-1]], [rate], yerr=[[rate - low], [high - rate]], fmt="o", color=color, capsize=4,
+                    label=f"{name}, evaluated after ({100 * rate:.0f}%)")  # fmt: skip
+    ax.set_xlabel("GRPO step (16 episodes each)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"GRPO on MiniWoB {TASK}, tiny LFM2 on 2 CPU cores")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(image_file, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="CI's version: fewer episodes and steps, full only")
+    parser.add_argument("--output_dir", default="outputs/learning")
+    parser.add_argument("--episodes", type=int, default=None, help="evaluation episodes (default 100, quick 48)")
+    args = parser.parse_args()
+    out = Path(args.output_dir)
+    episodes = args.episodes or (48 if args.quick else 100)
+    runs = {"GRPO, full": [], "GRPO, LoRA": ["--use_peft", "--learning_rate", "3e-3"]}
+    if args.quick:
+        del runs["GRPO, LoRA"]
+    steps = ["--max_steps", "15"] if args.quick else []
+    max_turns = train.parse_args(["--config", str(GRPO_CONFIG)])[0].max_turns
+
+    with LocalEnvServer(TASK, max_sessions=32) as server:
+        start = time.perf_counter()
+        starting_policy = warm_up(str(build_tiny_lfm2(out / "tiny-lfm2")), out / "warm-up", server.url)
+        log.info("warm-up done in %.0fs", time.perf_counter() - start)
+        results = {"starting policy": measure(starting_policy, server.url, episodes, max_turns)}
+        for name, extra in runs.items():
+            run_dir = out / name.split()[-1].lower()
+            seconds = grpo(starting_policy, run_dir, server.url, *extra, *steps)
+            results[name] = measure(str(run_dir), server.url, episodes, max_turns) | {"grpo_seconds": seconds}
+
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, {name: out / name.split()[-1].lower() for name in runs}, out / "learning_curves.png")
+    print(f"\nclick-test, {episodes} held-out episodes each, sampled at temperature 1, up to {max_turns} turns:")
+    print(table(results))
+    print(f"results.json and learning_curves.png in {out}")
+    before = results["starting policy"]["success_rate"]
+    if args.quick and not results["GRPO, full"]["success_rate"] >= before + 0.1:
+        sys.exit(f"GRPO did not raise the success rate: {100 * before:.0f}% before, "
+                 f"{100 * results['GRPO, full']['success_rate']:.0f}% after")  # fmt: skip
+
+
+if __name__ == "__main__":
+    train.setup_logging()
+    main()

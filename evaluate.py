@@ -1,0 +1,182 @@
+"""Measures a policy on a MiniWoB task against the real environment.
+
+    python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
+    python evaluate.py --model outputs/smoke --temperature 1.0 --screenshots true   # as sampled in training
+
+`--model` is a model directory or hub id, a checkpoint, or a LoRA adapter directory as `train.py --use_peft`
+saves it. Prints the success rate with its 95% confidence interval, the mean number of turns of the solved
+episodes, and the share of replies that held no valid action. Writes one JSON line per episode, a summary,
+and with --screenshots each episode's first and last page as PNG, to --output_dir.
+
+The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
+"""
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
+
+from env_client import Episode, EpisodeRunner, GenerateFn, LocalEnvServer
+from train import episode_metrics, sample_replies, setup_logging
+
+log = logging.getLogger("evaluate")
+
+
+@dataclass
+class EvalArguments:
+    model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
+    task_name: str = field(default="click-test", metadata={"help": "MiniWoB task"})
+    episodes: int = field(default=50, metadata={"help": "episodes to run, one seed each"})
+    first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
+    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
+    max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
+    max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
+    batch_size: int = field(default=16, metadata={"help": "episodes run at once"})
+    env_url: str | None = field(default=None, metadata={"help": "running environment server; unset starts one"})
+    output_dir: str | None = field(default=None, metadata={"help": "default: MODEL/eval-TASK, or eval-NAME-TASK"})
+    screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+
+    def __post_init__(self):
+        if self.output_dir is None and Path(self.model).is_dir():
+            self.output_dir = str(Path(self.model) / f"eval-{self.task_name}")
+        elif self.output_dir is None:
+            self.output_dir = f"eval-{self.model.replace('/', '--')}-{self.task_name}"
+
+
+def load_policy(path: str):
+    """A full model, or a LoRA adapter merged into its base model (the adapter directory names the base)."""
+    if (Path(path) / "adapter_config.json").exists():
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto").merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
+    # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **(sampling or {"do_sample": False}),
+    )
+    return lambda contexts: sample_replies(
+        model, contexts, config, tokenizer.pad_token_id, [tokenizer.eos_token_id], temperature
+    )
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% confidence interval of a success rate; unlike p +- 1.96 sd it stays inside [0, 1] near 0% and 100%."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def summarize(episodes: list[Episode]) -> dict:
+    solved = [e for e in episodes if e.done and e.env_reward > 0]
+    low, high = wilson_interval(len(solved), len(episodes))
+    metrics = episode_metrics(episodes)
+    return {
+        "episodes": len(episodes),
+        "solved": len(solved),
+        "success_rate": metrics["episodes/success_rate"],
+        "ci95": [low, high],
+        "mean_turns_to_success": sum(e.turns for e in solved) / len(solved) if solved else None,
+        "unparsed_share": metrics["episodes/unparsed_share"],
+    }
+
+
+def episode_record(index: int, episode: Episode) -> dict:
+    return {
+        "episode": index,
+        "task_name": episode.task_name,
+        "seed": episode.seed,
+        "success": episode.done and episode.env_reward > 0,
+        "reward": episode.env_reward,
+        "turns": episode.turns,
+        "replies": episode.replies,
+        "actions": episode.actions,
+        "last_error": episode.observation.error if episode.observation else "",
+    }
+
+
+def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
+    for name, observation in (("first", episode.first_observation), ("last", episode.observation)):
+        if observation is not None and observation.screenshot is not None:
+            pixels = np.asarray(observation.screenshot, dtype=np.uint8)
+            Image.fromarray(pixels).save(directory / f"episode-{index:04d}-{name}.png")
+
+
+def run_episodes(args: EvalArguments, env_url: str, model, tokenizer) -> list[Episode]:
+    generate = model_generate(model, tokenizer, args.temperature, args.max_new_tokens)
+    runner = EpisodeRunner(env_url, tokenizer, args.max_turns, args.max_page_chars, screenshots=args.screenshots)
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    episodes = []
+    try:
+        with open(output_dir / "episodes.jsonl", "w") as records:
+            for start in range(0, args.episodes, args.batch_size):
+                seeds = range(args.first_seed + start, args.first_seed + min(start + args.batch_size, args.episodes))
+                for episode in runner.run([(args.task_name, seed) for seed in seeds], generate):
+                    records.write(json.dumps(episode_record(len(episodes), episode)) + "\n")
+                    if args.screenshots:
+                        save_screenshots(len(episodes), episode, output_dir)
+                    episode.first_observation = episode.observation = None  # screenshots are large
+                    episodes.append(episode)
+                records.flush()
+                solved = sum(e.done and e.env_reward > 0 for e in episodes)
+                log.info("%d/%d episodes, %d solved", len(episodes), args.episodes, solved)
+    finally:
+        runner.close()
+    return episodes
+
+
+def evaluate(args: EvalArguments) -> dict:
+    """Runs the episodes (on args.env_url, else on a local server of its own) and returns the summary."""
+    torch.manual_seed(args.seed)
+    model, tokenizer = load_policy(args.model)
+    start = time.perf_counter()
+    if args.env_url is None:
+        with LocalEnvServer(args.task_name, max_sessions=args.batch_size) as server:
+            episodes = run_episodes(args, server.url, model, tokenizer)
+    else:
+        episodes = run_episodes(args, args.env_url, model, tokenizer)
+    summary = summarize(episodes) | {"seconds": time.perf_counter() - start, "arguments": asdict(args)}
+    Path(args.output_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def report(summary: dict) -> str:
+    args = summary["arguments"]
+    low, high = summary["ci95"]
+    turns = summary["mean_turns_to_success"]
+    decoding = f"temperature {args['temperature']}" if args["temperature"] else "greedy"
+    return (
+        f"{args['model']} on {args['task_name']} ({summary['episodes']} episodes, {decoding}):\n"
+        f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
+        f" 95% CI {100 * low:.1f}-{100 * high:.1f}%\n"
+        f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}\n"
+        f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%\n"
+        f"  episodes and summary in {args['output_dir']}"
+    )
+
+
+if __name__ == "__main__":
+    setup_logging()
+    (eval_args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses()
+    print(report(evaluate(eval_args)))

@@ -1,0 +1,115 @@
+"""Real CPU training runs (tiny LFM2, real server) under faults: a killed server, a dead one, a killed trainer."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from safetensors.torch import load_file
+
+import train
+from bench.learning import warm_up
+from env_client import free_port
+from helpers import ROOT, parse_config
+from tiny_lfm2 import build_tiny_lfm2
+
+FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
+
+
+@pytest.fixture(scope="module")
+def clicking_model(tmp_path_factory, env_server):
+    """A tiny LFM2 taught to click click-test's button: every episode it plays is solved, so a zero reward
+    in its training log could only come from the environment."""
+    base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
+    return warm_up(str(base), tmp_path_factory.mktemp("clicking"), env_server.url, lambda bid: [f"click('{bid}')"], 60, 4, 3e-3)
+
+
+def train_command(model, output_dir, *extra):
+    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
+            "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
+
+
+def logged_steps(output_dir) -> list[dict]:
+    rows = [json.loads(line) for line in (output_dir / train.METRICS_FILE).read_text().splitlines()]
+    return [row for row in rows if "reward" in row]
+
+
+def test_a_run_whose_server_is_killed_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path):
+    run = subprocess.Popen(
+        train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10"),
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log, killed = [], None
+    for line in run.stderr:
+        log.append(line)
+        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
+            server_pid = int(match.group(1))
+        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting: kill -9 the server
+            os.killpg(server_pid, signal.SIGKILL)
+            killed = server_pid
+    run.wait(timeout=60)
+    log = "".join(log)
+    assert run.returncode == 0, log[-3000:]
+    assert killed is not None
+    assert "environment failure 1 of at most 3" in log
+    assert len(re.findall(r"starting a local environment server", log)) == 2
+    steps = logged_steps(tmp_path)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
+
+
+def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp_path, monkeypatch):
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    monkeypatch.setattr(train, "REMOTE_RECOVERY_WAIT_S", 0.1)
+    args = parse_config("configs/smoke.yaml", "--model_name_or_path", tiny_model, "--env_url", dead,
+                        "--output_dir", str(tmp_path), "--max_env_failures", "2", *FAST)  # fmt: skip
+    with pytest.raises(train.EnvironmentUnavailable, match=r"failed 3x in a row, last with ConnectionError"):
+        train.main(*args)
+
+    result = subprocess.run(
+        train_command(tiny_model, tmp_path, "--env_url", dead, "--max_env_failures", "0"),
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "stopping: the environment failed 1x in a row" in result.stderr
+    assert "the same command resumes from the last one" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_run_killed_after_a_checkpoint_resumes_and_ends_where_an_uninterrupted_run_ends(tiny_model, tmp_path):
+    steps = ("--max_steps", "4", "--save_steps", "1")
+    uninterrupted = subprocess.run(
+        train_command(tiny_model, tmp_path / "whole", *steps), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    first = subprocess.Popen(train_command(tiny_model, killed_dir, *steps), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    for _ in first.stderr:
+        if (killed_dir / "checkpoint-1" / "trainer_state.json").exists() or time.monotonic() > deadline:
+            break
+    first.kill()  # SIGKILL: no chance to clean up or save
+    first.wait()
+    resumed_from = train.last_complete_checkpoint(killed_dir)
+    assert resumed_from is not None and not (killed_dir / "model.safetensors").exists()
+
+    second = subprocess.run(
+        train_command(tiny_model, killed_dir, *steps), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"resuming from {resumed_from}" in second.stderr
+    done_before = int(resumed_from.rsplit("-", 1)[1])
+    assert len(re.findall(r"step \d/4 \|", second.stderr)) == 4 - done_before  # only the remaining steps ran
+    final = {
+        name: json.loads((directory / "checkpoint-4" / "trainer_state.json").read_text())
+        for name, directory in (("whole", tmp_path / "whole"), ("resumed", killed_dir))
+    }
+    assert final["resumed"]["global_step"] == final["whole"]["global_step"] == 4
+    # Optimizer, scheduler and RNG state came back too: the resumed run computed the very same weights.
+    whole, resumed = load_file(tmp_path / "whole" / "model.safetensors"), load_file(killed_dir / "model.safetensors")
+    assert all((whole[k] == resumed[k]).all() for k in whole)
