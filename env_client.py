@@ -319,9 +319,12 @@ class EpisodeRunner:
 
     async def _drop_sessions(self) -> None:
         clients, self._clients = self._clients, []
-        for client in clients:
-            with contextlib.suppress(Exception):  # a dead server cannot answer; the socket closes all the same
+
+        async def drop(client: BrowserGymEnv) -> None:
+            with contextlib.suppress(Exception):  # a dead or hung server cannot answer; the socket closes anyway
                 await asyncio.wait_for(client.close(), timeout=10)
+
+        await asyncio.gather(*(drop(client) for client in clients))
 
     async def _environment(self, *calls):
         """Awaits calls to the server together; any failure of theirs is the environment's."""

@@ -9,7 +9,6 @@ environment options of EnvArguments below. Without `env_url`, an environment ser
 and stopped at exit.
 """
 
-import ast
 import contextlib
 import copy
 import difflib
@@ -17,7 +16,6 @@ import functools
 import itertools
 import json
 import logging
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -316,29 +314,28 @@ class ConfigError(Exception):
 def parse_args(args: list[str] | None = None) -> tuple[EnvArguments, RecipeConfig, ModelConfig, ModalArguments]:
     """The recipe from `--config FILE` and command-line overrides (sys.argv when args is None)."""
     args = list(sys.argv[1:] if args is None else args)
-    source = f"{args[args.index('--config') + 1]} or the command line" if "--config" in args[:-1] else "the command line"
+    config_file = args[args.index("--config") + 1] if "--config" in args[:-1] else None
     parser = TrlParser((EnvArguments, RecipeConfig, ModelConfig, ModalArguments))
 
     def fail(message: str):
-        raise ConfigError(f"{message} (in {source})")
+        raise ConfigError(f"{message} (in {config_file + ' or ' if config_file else ''}the command line)")
 
     parser.error = fail  # argparse would print a usage of several hundred options before its one-line message
+    if config_file:
+        try:
+            config = yaml.safe_load(Path(config_file).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {config_file}") from None
+        except yaml.YAMLError as e:
+            fail(f"not valid YAML: {' '.join(str(e).split())}")
+        known = {action.dest for action in parser._actions} | {"env"}  # TRL's `env:` sets environment variables
+        for key in (key for key in config if key not in known):
+            hint = "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(key, known, 1))
+            fail(f"unknown key {key!r}{hint}; keys are GRPOConfig's, ModelConfig's and train.py's EnvArguments'")
     try:
         return parser.parse_args_and_config(args)
-    except ConfigError:
-        raise
-    except FileNotFoundError as e:
-        raise ConfigError(f"config file not found: {e.filename}") from None
-    except yaml.YAMLError as e:
-        fail(f"not valid YAML: {' '.join(str(e).split())}")
-    except ValueError as e:
-        unknown = re.search(r"Unknown arguments from config file: (\[.*?\])\.", str(e))
-        if unknown is None:
-            fail(str(e))
-        keys = [k.removeprefix("--") for k in ast.literal_eval(unknown.group(1))[::2]]
-        known = [action.dest for action in parser._actions]
-        hints = [f"{k!r}" + "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(k, known, 1)) for k in keys]
-        fail(f"unknown key {', '.join(hints)}; keys are GRPOConfig's, ModelConfig's and train.py's EnvArguments'")
+    except ValueError as e:  # TRL's and our own checks of values
+        fail(str(e))
 
 
 def main(

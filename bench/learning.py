@@ -5,9 +5,9 @@
 
 1. A starting policy that is weak but not hopeless, built honestly: the randomly initialised tiny LFM2
    (tiny_lfm2.py) is fine-tuned with TRL's SFTTrainer on real first pages of click-test, each paired with
-   ten well-formed replies of which one is right (click the button), eight are valid actions that do not
-   solve the task, and one holds no action. It learns to write actions, and picks the right one about one
-   time in ten per turn.
+   eight well-formed replies of which one is right (click the button), six are valid actions that do not
+   solve the task, and one holds no action. It learns to write actions, and picks the right one only
+   about one time in four.
 2. evaluate.py measures it on held-out seeds, sampling at temperature 1 (the distribution GRPO trains).
 3. train.py trains it with GRPO against the real environment (configs/learning.yaml), once as a full
    fine-tune and once with LoRA, both from the same starting policy; the only reward is task success.
@@ -169,7 +169,7 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.output_dir)
     episodes = args.episodes or (48 if args.quick else 100)
-    runs = {"GRPO, full": [], "GRPO, LoRA": ["--use_peft", "--learning_rate", "3e-3"]}
+    runs = {"GRPO, full": [], "GRPO, LoRA": ["--use_peft"]}
     if args.quick:
         del runs["GRPO, LoRA"]
     steps = ["--max_steps", "15"] if args.quick else []

@@ -38,9 +38,10 @@ def logged_steps(output_dir) -> list[dict]:
     return [row for row in rows if "reward" in row]
 
 
-def test_a_run_whose_server_is_killed_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path):
+@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["server killed", "server hung"])
+def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path, fault):
     run = subprocess.Popen(
-        train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10"),
+        train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10", "--env_timeout_s", "5"),
         cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     log, killed = [], None
@@ -48,14 +49,15 @@ def test_a_run_whose_server_is_killed_restarts_it_and_scores_no_infrastructure_z
         log.append(line)
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))
-        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting: kill -9 the server
-            os.killpg(server_pid, signal.SIGKILL)
+        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting
+            os.killpg(server_pid, fault)
             killed = server_pid
     run.wait(timeout=60)
     log = "".join(log)
     assert run.returncode == 0, log[-3000:]
     assert killed is not None
     assert "environment failure 1 of at most 3" in log
+    assert fault != signal.SIGSTOP or "TimeoutError" in log
     assert len(re.findall(r"starting a local environment server", log)) == 2
     steps = logged_steps(tmp_path)
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
