@@ -18,6 +18,7 @@
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -111,7 +112,8 @@ def warm_up(
 
 
 def grpo(start_model: str, output_dir: Path, env_url: str, *overrides: str) -> float:
-    """train.py's own entry point on configs/learning.yaml; returns the wall time in seconds."""
+    """train.py's own entry point on configs/learning.yaml, from scratch; returns the wall time in seconds."""
+    shutil.rmtree(output_dir, ignore_errors=True)  # train.py would resume from an earlier run's checkpoints
     args = ["--config", str(GRPO_CONFIG), "--model_name_or_path", start_model, "--env_url", env_url]
     env_args, training_args, model_args, _ = train.parse_args([*args, "--output_dir", str(output_dir), *overrides])
     start = time.perf_counter()
