@@ -32,6 +32,7 @@ from websockets.exceptions import ConnectionClosed
 
 from actions import describe_actions, parse_action
 from env_server import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
+from rewards import task_success
 
 log = logging.getLogger("env_client")
 
@@ -258,6 +259,10 @@ class Episode:
     @property
     def turns(self) -> int:
         return len(self.actions)
+
+    @property
+    def solved(self) -> bool:
+        return task_success(None, [self.done], [self.env_reward]) == [1.0]
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.completion_ids

@@ -88,7 +88,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
 
 
 def summarize(episodes: list[Episode]) -> dict:
-    solved = [e for e in episodes if e.done and e.env_reward > 0]
+    solved = [e for e in episodes if e.solved]
     low, high = wilson_interval(len(solved), len(episodes))
     metrics = episode_metrics(episodes)
     return {
@@ -106,7 +106,7 @@ def episode_record(index: int, episode: Episode) -> dict:
         "episode": index,
         "task_name": episode.task_name,
         "seed": episode.seed,
-        "success": episode.done and episode.env_reward > 0,
+        "success": episode.solved,
         "reward": episode.env_reward,
         "turns": episode.turns,
         "replies": episode.replies,
@@ -139,7 +139,7 @@ def run_episodes(args: EvalArguments, env_url: str, model, tokenizer) -> list[Ep
                     episode.first_observation = episode.observation = None  # screenshots are large
                     episodes.append(episode)
                 records.flush()
-                solved = sum(e.done and e.env_reward > 0 for e in episodes)
+                solved = sum(e.solved for e in episodes)
                 log.info("%d/%d episodes, %d solved", len(episodes), args.episodes, solved)
     finally:
         runner.close()

@@ -159,7 +159,7 @@ def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     replies = [action for e in episodes for action in e.actions]
     return {
-        "episodes/success_rate": sum(task_success(None, [e.done], [e.env_reward])[0] for e in episodes) / len(episodes),
+        "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
         "episodes/turns": len(replies) / len(episodes),
         "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
     }
