@@ -243,19 +243,28 @@ class MetricsLog(TrainerCallback):
             log.info("learning curve: %s", path)
 
 
-def plot_learning_curve(metrics_file: Path, image_file: Path, title: str | None = None) -> Path:
+def logged_steps(metrics_file: Path) -> dict[int, dict]:
+    """The training steps of a metrics.jsonl, by step number; a resumed run may log a step twice, the later wins."""
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    return {r["step"]: r for r in rows if "episodes/success_rate" in r}
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(values))]
+
+
+def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
     """Success rate per step (with a moving average) and episode length, from a metrics.jsonl."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    rows = {r["step"]: r for r in rows if "episodes/success_rate" in r}  # a resumed run may log a step twice
+    rows = logged_steps(metrics_file)
     steps = sorted(rows)
     success = [rows[s]["episodes/success_rate"] for s in steps]
     window = max(1, len(steps) // 10)
-    smooth = [sum(success[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(success))]
+    smooth = moving_average(success, window)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
     top.plot(steps, success, ".", alpha=0.4, label="per step")
     top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
@@ -265,7 +274,7 @@ def plot_learning_curve(metrics_file: Path, image_file: Path, title: str | None 
     bottom.plot(steps, [rows[s]["episodes/turns"] for s in steps], "-")
     bottom.set_ylabel("turns per episode")
     bottom.set_xlabel("GRPO step")
-    top.set_title(title or metrics_file.parent.name)
+    top.set_title(metrics_file.parent.name)
     fig.tight_layout()
     fig.savefig(image_file, dpi=100)
     plt.close(fig)

@@ -144,11 +144,10 @@ def plot(results: dict, run_dirs: dict[str, Path], image_file: Path) -> None:
     before = results["starting policy"]["success_rate"]
     ax.axhline(before, color="grey", linestyle=":", label=f"starting policy, evaluated ({100 * before:.0f}%)")
     for (name, run_dir), color in zip(run_dirs.items(), ["tab:blue", "tab:orange"]):
-        rows = [json.loads(line) for line in (run_dir / train.METRICS_FILE).read_text().splitlines()]
-        rows = {r["step"]: r["episodes/success_rate"] for r in rows if "episodes/success_rate" in r}
-        steps, success = sorted(rows), [rows[s] for s in sorted(rows)]
+        rows = train.logged_steps(run_dir / train.METRICS_FILE)
+        steps = sorted(rows)
         window = 5
-        smooth = [sum(success[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(steps))]
+        smooth = train.moving_average([rows[s]["episodes/success_rate"] for s in steps], window)
         ax.plot(steps, smooth, color=color, label=f"{name}: training episodes ({window}-step average)")
         rate, (low, high) = results[name]["success_rate"], results[name]["ci95"]
         ax.errorbar([steps[-1]], [rate], yerr=[[rate - low], [high - rate]], fmt="o", color=color, capsize=4,
