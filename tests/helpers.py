@@ -19,6 +19,16 @@ def parse_config(config: str, *overrides: str) -> tuple[EnvArguments, RecipeConf
     return env_args, training_args, model_args
 
 
+# A small but real training run: 2 turns, 2 episodes per task instance, 4 per step.
+FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
+
+
+def train_command(model: str, output_dir, *extra: str) -> list[str]:
+    """`python train.py` on the smoke config with a given model and output directory, FAST."""
+    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
+            "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
+
+
 def button_bid(page_text: str) -> str:
     """The bid of click-test's button on the (last) page in the text."""
     return re.findall(r"\[(\w+)\] button 'Click Me!'", page_text)[-1]

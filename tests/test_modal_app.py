@@ -10,7 +10,6 @@ import time
 import tomllib
 
 import modal
-import pytest
 
 import modal_app
 import train

@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,11 +13,8 @@ from safetensors.torch import load_file
 import train
 from bench.learning import warm_up
 from env_client import free_port
-from helpers import ROOT, parse_config
+from helpers import FAST, ROOT, parse_config, train_command
 from tiny_lfm2 import build_tiny_lfm2
-
-FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
-
 
 @pytest.fixture(scope="module")
 def clicking_model(tmp_path_factory, env_server):
@@ -26,11 +22,6 @@ def clicking_model(tmp_path_factory, env_server):
     in its training log could only come from the environment."""
     base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
     return warm_up(str(base), tmp_path_factory.mktemp("clicking"), env_server.url, lambda bid: [f"click('{bid}')"], 60, 4, 3e-3)
-
-
-def train_command(model, output_dir, *extra):
-    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
-            "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
 
 
 def logged_steps(output_dir) -> list[dict]:

@@ -1,6 +1,5 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
-import pytest
 import torch
 
 import train

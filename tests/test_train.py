@@ -19,10 +19,7 @@ from transformers import AutoModelForCausalLM
 
 import train
 from bench.env_throughput import process_tree
-from helpers import ROOT, alive, parse_config
-
-FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
-
+from helpers import FAST, ROOT, alive, parse_config, train_command
 
 def run_training(tiny_model, env_url, output_dir, *extra):
     args = parse_config(
@@ -74,11 +71,6 @@ def env_server_pids() -> set[int]:
         except OSError:
             pass
     return pids
-
-
-def train_command(tiny_model, output_dir, *extra):
-    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
-            "--model_name_or_path", tiny_model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
 
 
 def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_path):
