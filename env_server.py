@@ -51,6 +51,7 @@ DEFAULT_TASK = "click-test"
 MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
 TOKEN_VARIABLE = "BROWSER_RL_ENV_TOKEN"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+SHUTDOWN_GRACE_S = 10.0
 
 
 class BrowserGymAction(Action):
@@ -318,13 +319,17 @@ def ensure_chromium() -> None:
 
 def exit_with_parent(parent_pid: int) -> None:
     """Stops this server and its browsers once the process that started it is gone, even by SIGKILL,
-    which leaves it no chance to stop them itself."""
+    which leaves it no chance to stop them itself. A shutdown that hangs (a browser call that never
+    returns keeps uvicorn waiting for its session) ends with SIGKILL after SHUTDOWN_GRACE_S."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(1.0)
         log.warning("process %d, which started this server, is gone: stopping", parent_pid)
         os.killpg(os.getpgrp(), signal.SIGTERM)  # the server leads its own process group, browsers included
+        time.sleep(SHUTDOWN_GRACE_S)
+        log.warning("still running %.0fs after SIGTERM: killing", SHUTDOWN_GRACE_S)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True).start()
 

@@ -5,15 +5,17 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 from safetensors.torch import load_file
 
+import env_server
 import train
 from bench.learning import warm_up
 from env_client import free_port
-from helpers import FAST, ROOT, parse_config, train_command
+from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
 from tiny_lfm2 import build_tiny_lfm2
 
 @pytest.fixture(scope="module")
@@ -106,3 +108,24 @@ def test_a_run_killed_after_a_checkpoint_resumes_and_ends_where_an_uninterrupted
     # Optimizer, scheduler and RNG state came back too: the resumed run computed the very same weights.
     whole, resumed = load_file(tmp_path / "whole" / "model.safetensors"), load_file(killed_dir / "model.safetensors")
     assert all((whole[k] == resumed[k]).all() for k in whole)
+
+
+def test_a_server_whose_parent_died_is_gone_even_when_its_shutdown_hangs():
+    # The server stand-in ignores SIGTERM, as a server whose graceful shutdown waits on a browser call that
+    # never returns in effect does; its parent is killed without a chance to stop it.
+    server = (
+        f"import os, signal, sys; parent = os.getppid(); sys.path.insert(0, {str(ROOT)!r}); import env_server; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); env_server.exit_with_parent(parent); "
+        "print('watching', flush=True); signal.pause()"
+    )
+    parent = (
+        f"import subprocess, sys, time; server = subprocess.Popen([sys.executable, '-c', {server!r}], start_new_session=True); "
+        "print(server.pid, flush=True); time.sleep(600)"
+    )
+    starter = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    server_pid = int(starter.stdout.readline())
+    assert starter.stdout.readline() == "watching\n"
+    starter.kill()
+    starter.wait()
+    assert alive(server_pid)
+    assert wait_for(lambda: not alive(server_pid), timeout_s=env_server.SHUTDOWN_GRACE_S + 10)
