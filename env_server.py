@@ -11,6 +11,7 @@ MiniWoBEnvironment); `reset` takes `task_name`, `seed`, and `screenshot=True` fo
 import argparse
 import functools
 import hmac
+import inspect
 import logging
 import os
 import shutil
@@ -39,6 +40,7 @@ from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prun
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 from pydantic import Field
@@ -107,10 +109,13 @@ class BrowserWorker:
             self._playwright = self._playwright or sync_playwright().start()
             # BrowserGym's actions find elements by their bid through Playwright's test-id selector.
             self._playwright.selectors.set_test_id_attribute(BROWSERGYM_ID_ATTRIBUTE)
-            # BrowserGym's own launch options, so that pages render the same.
+            # BrowserGym's own launch options, so that pages render the same. One more: no spare renderer.
+            # Chromium keeps one spare renderer process warm for the next page load, but for one context only;
+            # with sessions in several contexts it was thrown away and relaunched at nearly every reset
+            # (113 renderer processes for 96 episodes over 8 sessions; with this, one per session).
             self._browser = self._playwright.chromium.launch(
                 headless=True,
-                args=["--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache"],
+                args=["--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache,SpareRendererForSitePerProcess"],
                 ignore_default_args=["--hide-scrollbars"],
             )
         return self._browser.new_context(**options)
@@ -285,6 +290,25 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         return dom, axtree
 
 
+class _InspectWithoutSourceLines:
+    """The `inspect` module as Playwright's call path sees it, except that `stack()` reads no source lines."""
+
+    def __getattr__(self, name: str):
+        return getattr(inspect, name)
+
+    @staticmethod
+    def stack(context: int = 1) -> list[inspect.FrameInfo]:
+        return inspect.stack(0)
+
+
+def record_playwright_stacks_cheaply() -> None:
+    """Playwright 1.44 (BrowserGym's pin) records the caller's stack at every API call with `inspect.stack()`,
+    which reads each frame's source line; a MiniWoB episode makes about 70 such calls. Playwright uses only
+    the file names, line numbers and function names, which `inspect.stack(0)` gives without reading source
+    (as later Playwright releases do)."""
+    _sync_base.inspect = _connection.inspect = _InspectWithoutSourceLines()
+
+
 def use_packaged_miniwob_pages() -> None:
     """Serve task pages straight from the `miniwob` package unless MINIWOB_URL points elsewhere."""
     pages = Path(miniwob.__file__).parent / "html" / "miniwob"
@@ -424,6 +448,7 @@ def main() -> None:
         exit_with_parent(args.parent_pid)
     use_packaged_miniwob_pages()
     ensure_chromium()
+    record_playwright_stacks_cheaply()
     app = build_app(
         args.task, args.max_sessions, args.browsers, args.screenshots, args.settle_ms, args.idle_timeout_s, token
     )

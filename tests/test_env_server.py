@@ -1,10 +1,16 @@
 """A real env_server.py process driving real Chromium, reached through the OpenEnv client."""
 
 import asyncio
+import inspect
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from playwright._impl import _connection, _sync_base
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import sync_playwright
 
+import env_server
 from env_client import BrowserGymEnv
 from env_server import BrowserGymAction
 from helpers import button_bid
@@ -100,3 +106,30 @@ def test_concurrent_sessions_do_not_see_each_others_pages(env_server):
             await asyncio.gather(a.close(), b.close())
 
     asyncio.run(scenario())
+
+
+def test_playwright_calls_skip_the_source_lookup_and_their_errors_still_name_the_call(monkeypatch):
+    source_reads = []
+    findsource = inspect.findsource
+    monkeypatch.setattr(inspect, "findsource", lambda obj: source_reads.append(obj) or findsource(obj))
+    monkeypatch.setattr(_sync_base, "inspect", _sync_base.inspect)  # undone after the test
+    monkeypatch.setattr(_connection, "inspect", _connection.inspect)
+    env_server.ensure_chromium()
+
+    def reads_per_call():  # on a thread of its own: sync Playwright must not claim the test runner's thread
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch()
+            page = browser.new_page()
+            page.evaluate("1")
+            before = len(source_reads)
+            env_server.record_playwright_stacks_cheaply()
+            page.evaluate("1")
+            after = len(source_reads) - before
+            with pytest.raises(PlaywrightError, match=r"^Page.click: Timeout 1ms exceeded"):
+                page.click("#missing", timeout=1)
+            browser.close()
+        return before, after
+
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        before, after = thread.submit(reads_per_call).result()
+    assert before > 0 and after == 0
