@@ -1,5 +1,6 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
+import pytest
 import torch
 
 import train
@@ -72,11 +73,15 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
                 assert "<|im_start|>user\nStep " in text and text.endswith("<|im_start|>assistant\n")
 
 
-def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(env_server, tiny_model, tokenizer, monkeypatch, tmp_path):
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
+def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
+    env_server, tiny_model, tokenizer, monkeypatch, tmp_path, lora
+):
     env_args, training_args, model_args = parse_config(
         "configs/smoke.yaml",
         *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path), "--env_url", env_server.url),
         *("--max_turns", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
+        *(["--use_peft"] if lora else []),
     )
     replies = []  # what the real generation returned, turn by turn
 
@@ -97,6 +102,12 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(env_s
     runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
     try:
         trainer = train.build_trainer(env_args, training_args, model_args, tokenizer, runner, recover=lambda: None)
+        if lora:  # an adapter as after some updates: a fresh one (B = 0) changes nothing
+            torch.manual_seed(0)
+            with torch.no_grad():
+                for name, param in trainer.model.named_parameters():
+                    if "lora_B" in name:
+                        param.normal_(0, 0.05)
         trainer.model.train()
         # The trainer's own path from dataset rows to the tensors its loss consumes.
         out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
@@ -120,6 +131,12 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(env_s
         )[0]
     policy_tokens = (completion_mask * env_mask).bool()
     torch.testing.assert_close(recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0)
+    if lora:
+        with torch.no_grad(), trainer.model.disable_adapter():
+            base = trainer._get_per_token_logps_and_entropies(
+                trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
+            )[0]
+        assert (base[policy_tokens] - recomputed[policy_tokens]).abs().max() > 0.1  # the adapter is in both
 
 
 def test_vllm_generation_is_called_with_token_ids_and_returns_the_sampled_tokens_logprob():
