@@ -90,20 +90,25 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
 
 def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     before = env_server_pids()
+    # Far more steps than can run before the signal: the run must end because of it, not by finishing.
     process = subprocess.Popen(
-        train_command(tiny_model, tmp_path, "--max_steps", "50"), cwd=ROOT, stderr=subprocess.PIPE, text=True
+        train_command(tiny_model, tmp_path, "--max_steps", "1000"), cwd=ROOT, stderr=subprocess.PIPE, text=True
     )
     server_pid = None
     deadline = time.monotonic() + 300
     for line in process.stderr:
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))
-        if re.search(r"step \d+/50 \|", line) or time.monotonic() > deadline:
+        if re.search(r"step \d+/1000 \|", line) or time.monotonic() > deadline:
             break
     assert server_pid in env_server_pids()
     process.send_signal(signal.SIGINT)
-    process.communicate(timeout=120)
-    assert process.returncode != 0
+    try:
+        _, rest = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()  # it did not stop: fail, leaving no run behind
+        raise
+    assert process.returncode != 0, rest[-3000:]
     assert env_server_pids() <= before
     with pytest.raises(ProcessLookupError):
         os.kill(server_pid, 0)
