@@ -91,9 +91,12 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
 def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     before = env_server_pids()
     # Far more steps than can run before the signal: the run must end because of it, not by finishing.
+    # SIGINT as a terminal's Ctrl-C delivers it: a test runner started in the background by a script inherits
+    # SIGINT ignored, and so would the run.
     process = subprocess.Popen(
-        train_command(tiny_model, tmp_path, "--max_steps", "1000"), cwd=ROOT, stderr=subprocess.PIPE, text=True
-    )
+        train_command(tiny_model, tmp_path, "--max_steps", "1000"), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     server_pid = None
     deadline = time.monotonic() + 300
     for line in process.stderr:
