@@ -5,7 +5,7 @@
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
 template and special-token ids, and a byte-level BPE vocabulary of about a thousand tokens, so every code
 path of the recipe runs on it in seconds. It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the
-hub cannot be reached.
+hub cannot be reached. Two layers, 64 wide by default (the learning benchmark builds a 512-wide one).
 """
 
 import argparse
@@ -54,12 +54,12 @@ def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Lfm2ForCausalLM:
+def build_model(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0) -> Lfm2ForCausalLM:
     torch.manual_seed(seed)
     config = Lfm2Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         block_auto_adjust_ff_dim=False,
         num_hidden_layers=2,
         layer_types=["conv", "full_attention"],
@@ -73,10 +73,10 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Lfm2ForCau
     return Lfm2ForCausalLM(config)
 
 
-def build_tiny_lfm2(output_dir: str | Path) -> Path:
+def build_tiny_lfm2(output_dir: str | Path, hidden_size: int = 64) -> Path:
     output_dir = Path(output_dir)
     tokenizer = build_tokenizer()
-    build_model(tokenizer).save_pretrained(output_dir)
+    build_model(tokenizer, hidden_size).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
 
