@@ -46,9 +46,9 @@ TASK = "click-test"
 GRPO_CONFIG = ROOT / "configs" / "learning.yaml"
 
 # 512 wide, not the tests' 64: LoRA leaves the token embeddings (tied to the output layer) and the final norm
-# frozen, and those bound the probability any hidden state can put on one token. For the right first token
-# of click-test, after this warm-up: at most 51% at 64 wide, 70% at 128, 91% at 256, 99% at 512. LoRA
-# plateaued near those bounds. A pretrained model's embeddings do not bind like that.
+# frozen, and those bound the probability any hidden state can put on one token (bench/lora_ceiling.py). For
+# the right first token of click-test, after this warm-up: at most 51% at 64 wide, 70% at 128, 91% at 256,
+# 99% at 512. LoRA plateaued near those bounds. A pretrained model's embeddings do not bind like that.
 WIDTH = 512
 # Adam moves each weight by about the learning rate per step, so the wider the layer, the more its output
 # moves: a full fine-tune of the 512-wide model at 1e-3 collapsed into replies without an action within two

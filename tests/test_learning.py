@@ -1,10 +1,16 @@
-"""The learning benchmark's short version: GRPO must raise a weak policy's success rate on the real task."""
+"""The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task),
+and the bound on what LoRA can reach that chose the benchmark model's width."""
 
 import json
 import subprocess
 import sys
 
+import torch
 from helpers import ROOT
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+
+from bench.lora_ceiling import ceiling
 
 
 def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
@@ -19,3 +25,23 @@ def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
     assert after["success_rate"] >= before["success_rate"] + 0.1
     assert after["episodes"] == before["episodes"] == 48
     assert (tmp_path / "learning_curves.png").exists() and (tmp_path / "full" / "learning_curve.png").exists()
+
+
+def test_the_lora_ceiling_bounds_what_lora_reaches_and_lora_gets_close(tiny_model, tokenizer):
+    """bench/lora_ceiling.py's bound, against LoRA on every linear layer trained for nothing but that token."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).requires_grad_(False)
+    prompt = torch.tensor([tokenizer.encode("Goal: Click the button.")])
+    click = tokenizer.encode("click", add_special_tokens=False)[0]
+    bound = ceiling(model, click)
+    assert bound < 0.05  # untrained and 64 wide: small, near-random embeddings leave every token far from certain
+    assert torch.softmax(model(prompt).logits[0, -1], dim=-1)[click] < bound / 3
+
+    model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear", lora_dropout=0.0))
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(300):
+        log_probs = torch.log_softmax(model(prompt).logits[0, -1], dim=-1)
+        optimizer.zero_grad()
+        (-log_probs[click]).backward()
+        optimizer.step()
+    reached = log_probs[click].exp().item()
+    assert 0.9 * bound <= reached <= bound * 1.001
