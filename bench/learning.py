@@ -1,13 +1,13 @@
 """Proves that the recipe learns, on the CPU: a weak tiny LFM2, then GRPO alone, full and LoRA, on click-test.
 
-    python bench/learning.py            # the benchmark: before/after table and learning curves (~30 min)
+    python bench/learning.py            # the benchmark: before/after table and learning curves (~25 min)
     python bench/learning.py --quick    # the short version CI runs: fails unless the success rate went up
 
 1. A starting policy that is weak but not hopeless, built honestly: a randomly initialised tiny LFM2
    (tiny_lfm2.py, 512 wide) is fine-tuned with TRL's SFTTrainer on real first pages of click-test, each
    paired with eight well-formed replies of which one is right (click the button), six are valid actions
    that do not solve the task, and one holds no action. It learns to write actions, and picks the right one
-   only about one time in five.
+   only about one time in four.
 2. evaluate.py measures it on held-out seeds, sampling at temperature 1 (the distribution GRPO trains).
 3. train.py trains it with GRPO against the real environment (configs/learning.yaml), once as a full
    fine-tune and once with LoRA, both from the same starting policy; the only reward is task success.
