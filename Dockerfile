@@ -15,7 +15,7 @@ RUN pip install --no-cache-dir "openenv-core>=0.3,<0.4" "browsergym-miniwob>=0.1
 
 RUN useradd --create-home env
 WORKDIR /app
-COPY actions.py env_server.py ./
+COPY actions.py env_protocol.py env_server.py ./
 USER env
 
 EXPOSE 8000

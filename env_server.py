@@ -39,52 +39,29 @@ from browsergym.miniwob import ALL_MINIWOB_TASKS
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, ConcurrencyConfig, Observation, State
+from openenv.core.env_server.types import ConcurrencyConfig
 from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
-from pydantic import Field
 
 from actions import action_code
+from env_protocol import (
+    DEFAULT_TASK,
+    MAX_SEED,
+    TOKEN_VARIABLE,
+    BrowserGymAction,
+    BrowserGymObservation,
+    BrowserGymState,
+)
 
 log = logging.getLogger("env_server")
 
-DEFAULT_TASK = "click-test"
-MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
-TOKEN_VARIABLE = "BROWSER_RL_ENV_TOKEN"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SHUTDOWN_GRACE_S = 10.0
-
-
-class BrowserGymAction(Action):
-    action_str: str = Field(..., description="One BrowserGym action call, e.g. click('13')")
-
-
-class BrowserGymObservation(Observation):
-    text: str = Field(default="", description="Text view of the page (the accessibility tree)")
-    url: str = Field(default="")
-    screenshot: Optional[list[list[list[int]]]] = Field(default=None, description="RGB pixels, only on request")
-    goal: str = Field(default="")
-    axtree_txt: str = Field(default="")
-    pruned_html: str = Field(default="")
-    error: str = Field(default="", description="Why the last action failed, empty if it did not")
-    last_action_error: bool = Field(default=False)
-
-
-class BrowserGymState(State):
-    benchmark: str = Field(default="miniwob")
-    task_name: str = Field(default="")
-    task_id: Optional[str] = Field(default=None)
-    goal: str = Field(default="")
-    current_url: str = Field(default="")
-    max_steps: Optional[int] = Field(default=None)
-    cum_reward: float = Field(default=0.0)
-
-
 CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
 
 # BrowserGym's MiniWoB task classes by task name (click-test, enter-text, ...).
-MINIWOB_TASKS = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
+TASK_CLASSES = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
 
 
 class BrowserWorker:
@@ -177,8 +154,8 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         task_name = task_name or self._default_task
         if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
             raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
-        if task_name not in MINIWOB_TASKS:
-            examples = ", ".join(sorted(MINIWOB_TASKS)[:5])
+        if task_name not in TASK_CLASSES:
+            examples = ", ".join(sorted(TASK_CLASSES)[:5])
             raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
         if screenshot is not None:
             self._screenshots = screenshot
@@ -207,7 +184,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     def _reset(self, seed: Optional[int], episode_id: Optional[str], task_name: str) -> BrowserGymObservation:
         if self._task is not None:
             self._task.teardown()
-        self._task = MINIWOB_TASKS[task_name](seed=seed)
+        self._task = TASK_CLASSES[task_name](seed=seed)
         goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
         self._state = BrowserGymState(episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal)
         return self._observation(error="", reward=0.0, done=False)
@@ -442,7 +419,7 @@ def main() -> None:
             f"refusing to listen on {args.host} without a token: anyone who reaches the port could drive the "
             f"browsers. Set {TOKEN_VARIABLE} (clients send it too), or keep the default loopback --host."
         )
-    if args.task not in MINIWOB_TASKS:
+    if args.task not in TASK_CLASSES:
         parser.error(f"unknown MiniWoB task {args.task!r}")
     if args.parent_pid:
         exit_with_parent(args.parent_pid)

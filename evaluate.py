@@ -24,33 +24,32 @@ from PIL import Image
 from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
 
-from env_client import Episode, EpisodeRunner, GenerateFn, LocalEnvServer
-from train import episode_metrics, sample_replies, setup_logging
+from env_client import LocalEnvServer
+from metrics import setup_logging
+from rollout import EnvArguments, Episode, EpisodeRunner, GenerateFn, episode_metrics, sample_replies
 
 log = logging.getLogger("evaluate")
 
 
 @dataclass
 class EvalArguments:
+    """What to evaluate and how; the task, server, turns and page length are EnvArguments', as in training."""
+
     model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
-    task_name: str = field(default="click-test", metadata={"help": "MiniWoB task"})
     episodes: int = field(default=50, metadata={"help": "episodes to run, one seed each"})
     first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
     temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
-    max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
-    max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
     batch_size: int = field(default=16, metadata={"help": "episodes run at once"})
-    env_url: str | None = field(default=None, metadata={"help": "running environment server; unset starts one"})
     output_dir: str | None = field(default=None, metadata={"help": "default: MODEL/eval-TASK, or eval-NAME-TASK"})
     screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
 
-    def __post_init__(self):
-        if self.output_dir is None and Path(self.model).is_dir():
-            self.output_dir = str(Path(self.model) / f"eval-{self.task_name}")
-        elif self.output_dir is None:
-            self.output_dir = f"eval-{self.model.replace('/', '--')}-{self.task_name}"
+
+def default_output_dir(model: str, task_name: str) -> str:
+    if Path(model).is_dir():
+        return str(Path(model) / f"eval-{task_name}")
+    return f"eval-{model.replace('/', '--')}-{task_name}"
 
 
 def load_policy(path: str):
@@ -122,9 +121,12 @@ def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
             Image.fromarray(pixels).save(directory / f"episode-{index:04d}-{name}.png")
 
 
-def run_episodes(args: EvalArguments, env_url: str, model, tokenizer) -> list[Episode]:
+def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, tokenizer) -> list[Episode]:
     generate = model_generate(model, tokenizer, args.temperature, args.max_new_tokens)
-    runner = EpisodeRunner(env_url, tokenizer, args.max_turns, args.max_page_chars, screenshots=args.screenshots)
+    runner = EpisodeRunner(
+        env_url, tokenizer, env.max_turns, env.max_page_chars, screenshots=args.screenshots, token=env.env_token,
+        timeout_s=env.env_timeout_s,
+    )  # fmt: skip
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     episodes = []
@@ -132,7 +134,7 @@ def run_episodes(args: EvalArguments, env_url: str, model, tokenizer) -> list[Ep
         with open(output_dir / "episodes.jsonl", "w") as records:
             for start in range(0, args.episodes, args.batch_size):
                 seeds = range(args.first_seed + start, args.first_seed + min(start + args.batch_size, args.episodes))
-                for episode in runner.run([(args.task_name, seed) for seed in seeds], generate):
+                for episode in runner.run([(env.task_name, seed) for seed in seeds], generate):
                     records.write(json.dumps(episode_record(len(episodes), episode)) + "\n")
                     if args.screenshots:
                         save_screenshots(len(episodes), episode, output_dir)
@@ -146,17 +148,19 @@ def run_episodes(args: EvalArguments, env_url: str, model, tokenizer) -> list[Ep
     return episodes
 
 
-def evaluate(args: EvalArguments) -> dict:
-    """Runs the episodes (on args.env_url, else on a local server of its own) and returns the summary."""
+def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
+    """Runs the episodes (on env.env_url, else on a local server of its own) and returns the summary."""
     torch.manual_seed(args.seed)
+    args.output_dir = args.output_dir or default_output_dir(args.model, env.task_name)
     model, tokenizer = load_policy(args.model)
     start = time.perf_counter()
-    if args.env_url is None:
-        with LocalEnvServer(args.task_name, max_sessions=args.batch_size) as server:
-            episodes = run_episodes(args, server.url, model, tokenizer)
+    if env.env_url is None:
+        with LocalEnvServer(env.task_name, max_sessions=args.batch_size) as server:
+            episodes = run_episodes(args, env, server.url, model, tokenizer)
     else:
-        episodes = run_episodes(args, args.env_url, model, tokenizer)
-    summary = summarize(episodes) | {"seconds": time.perf_counter() - start, "arguments": asdict(args)}
+        episodes = run_episodes(args, env, env.env_url, model, tokenizer)
+    settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
+    summary = summarize(episodes) | {"seconds": time.perf_counter() - start, "arguments": settings}
     Path(args.output_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -178,5 +182,5 @@ def report(summary: dict) -> str:
 
 if __name__ == "__main__":
     setup_logging()
-    (eval_args,) = HfArgumentParser(EvalArguments).parse_args_into_dataclasses()
-    print(report(evaluate(eval_args)))
+    eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
+    print(report(evaluate(eval_args, env_args)))

@@ -15,6 +15,7 @@ and RNG state restored.
 import datetime
 import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import modal
@@ -22,9 +23,11 @@ import yaml
 from transformers import TrainerCallback
 
 import train
+from metrics import setup_logging
 
 PROJECT_DIR = Path(__file__).parent
-LOCAL_MODULES = ("train", "env_client", "env_server", "actions", "rewards")
+# train.py and what it imports, and env_server.py, which a run without env_url starts as a process.
+LOCAL_MODULES = ("train", "rollout", "metrics", "rewards", "env_client", "env_protocol", "actions", "env_server")
 CHECKPOINT_VOLUME = "browser-rl-checkpoints"
 # Where the checkpoint volume is mounted; another directory only for running the body locally.
 CHECKPOINTS_DIR = Path(os.environ.get("BROWSER_RL_CHECKPOINTS", "/checkpoints"))
@@ -42,7 +45,19 @@ checkpoints = modal.Volume.from_name(CHECKPOINT_VOLUME, create_if_missing=True)
 app = modal.App("browser-rl", image=image)
 
 
-def function_options(settings: train.ModalArguments) -> dict:
+@dataclass
+class ModalArguments:
+    """Where `modal run modal_app.py` runs a config: its `modal_*` keys, parsed with the rest of the file."""
+
+    modal_gpu: str = field(default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100"})
+    modal_timeout_hours: float = field(default=6.0, metadata={"help": "wall-clock limit of one attempt"})
+    modal_retries: int = field(default=3, metadata={"help": "attempts after a failure or preemption; each resumes"})
+    modal_secrets: list[str] = field(
+        default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
+    )
+
+
+def function_options(settings: ModalArguments) -> dict:
     """Modal's options for one run, from the config's modal_* keys."""
     return {
         "gpu": settings.modal_gpu,
@@ -52,7 +67,7 @@ def function_options(settings: train.ModalArguments) -> dict:
     }
 
 
-DEFAULT_OPTIONS = function_options(train.ModalArguments())
+DEFAULT_OPTIONS = function_options(ModalArguments())
 
 
 class CommitCheckpoints(TrainerCallback):
@@ -70,15 +85,14 @@ class CommitCheckpoints(TrainerCallback):
 )
 def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
     """Trains `config_yaml` into the run's directory; a retry resumes from its last checkpoint (train.main does)."""
-    train.setup_logging()
+    setup_logging()
     run_dir = CHECKPOINTS_DIR / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
-    env_args, training_args, model_args, _ = train.parse_args(args)
     callbacks = [] if modal.is_local() else [CommitCheckpoints()]
-    train.main(env_args, training_args, model_args, callbacks)
+    train.main(*train.parse_args(args), callbacks)
     if not modal.is_local():
         checkpoints.commit()
     return run_name
@@ -94,7 +108,7 @@ def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""
     extra_args = ["--use_peft"] if use_peft else []
     # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
     try:
-        *_, settings = train.parse_args(["--config", config, *extra_args])
+        *_, settings = train.parse_args(["--config", config, *extra_args], launcher=ModalArguments)
     except train.ConfigError as error:
         print(f"modal_app.py: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

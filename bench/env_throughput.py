@@ -11,22 +11,20 @@ the ratios against the stock loop. Run it on an otherwise idle machine.
 
 import argparse
 import asyncio
+import contextlib
 import os
-import re
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import gymnasium as gym
+import psutil
+from browsergym.utils.obs import flatten_axtree_to_str
 
-import gymnasium as gym  # noqa: E402
-from browsergym.utils.obs import flatten_axtree_to_str  # noqa: E402
-
-import env_server  # noqa: E402
-from env_client import BrowserGymEnv, LocalEnvServer  # noqa: E402
-from env_server import BrowserGymAction  # noqa: E402
+import env_server
+from env_client import BrowserGymEnv, LocalEnvServer
+from env_protocol import BrowserGymAction
+from scripted_policy import plan
 
 
 @dataclass
@@ -48,37 +46,19 @@ class Result:
 
 def machine_cpu_seconds() -> float:
     """CPU time spent by every process on the machine since boot (user, nice, system, irq, softirq)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields)
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-def process_tree(root: int) -> set[int]:
-    """A process and all its descendants."""
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit():
-                parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            pass
-    tree, frontier = {root}, {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier}
-        tree |= frontier
-    return tree
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system + times.irq + times.softirq
 
 
 def tree_memory_mb(root: int) -> float:
     """Proportional set size (PSS) of a process and all its descendants: resident memory with each shared
     page counted once across the processes sharing it, so Chromium's many processes are not over-counted."""
-    kilobytes = 0
-    for pid in process_tree(root):
-        try:
-            kilobytes += int(re.search(r"^Pss:\s+(\d+) kB", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M).group(1))
-        except (OSError, AttributeError):
-            pass
-    return kilobytes / 1024
+    total = 0
+    parent = psutil.Process(root)
+    for process in [parent, *parent.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_full_info().pss
+    return total / 2**20
 
 
 class PeakMemory:
@@ -110,8 +90,9 @@ def measure(name: str, episodes: int, memory_root: int, run) -> Result:
     return Result(name, episodes, wall, cpu, memory.peak_mb)
 
 
-def button_bid(axtree: str) -> str:
-    return re.search(r"\[(\w+)\] button 'Click Me!'", axtree).group(1)
+def click_the_button(page: str) -> str:
+    (action,) = plan("click-test", "", page).right
+    return action
 
 
 def stock_loop(episodes: int, first_seed: int) -> None:
@@ -119,7 +100,7 @@ def stock_loop(episodes: int, first_seed: int) -> None:
     try:
         for seed in range(first_seed, first_seed + episodes):
             obs, _ = env.reset(seed=seed)
-            _, reward, terminated, _, _ = env.step(f"click('{button_bid(flatten_axtree_to_str(obs['axtree_object']))}')")
+            _, reward, terminated, _, _ = env.step(click_the_button(flatten_axtree_to_str(obs["axtree_object"])))
             assert reward == 1.0 and terminated, (seed, reward, terminated)
     finally:
         env.close()
@@ -130,7 +111,7 @@ async def server_loop(url: str, sessions: int, episodes: int, first_seed: int) -
         client = clients[index]
         for seed in range(first_seed + index, first_seed + episodes, sessions):
             obs = (await client.reset(seed=seed)).observation
-            result = await client.step(BrowserGymAction(action_str=f"click('{button_bid(obs.axtree_txt)}')"))
+            result = await client.step(BrowserGymAction(action_str=click_the_button(obs.axtree_txt)))
             assert result.reward == 1.0 and result.done, (seed, result.reward, result.done)
 
     clients = [BrowserGymEnv(base_url=url) for _ in range(sessions)]

@@ -19,30 +19,29 @@ import argparse
 import json
 import logging
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
 
 import matplotlib
+import yaml
+
+from env_client import LocalEnvServer
+from evaluate import EvalArguments, evaluate
+from metrics import METRICS_FILE, logged_steps, moving_average, setup_logging
+from rollout import EnvArguments
+from scripted_policy import Plan
+from tiny_lfm2 import build_tiny_lfm2
+from warm_up import warm_up
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
-from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import train  # noqa: E402
-from env_client import EpisodeRunner, LocalEnvServer  # noqa: E402
-from evaluate import EvalArguments, evaluate  # noqa: E402
-from tiny_lfm2 import build_tiny_lfm2  # noqa: E402
 
 log = logging.getLogger("learning")
 
 TASK = "click-test"
+ROOT = Path(__file__).resolve().parents[1]
 GRPO_CONFIG = ROOT / "configs" / "learning.yaml"
 
 # 512 wide, not the tests' 64: LoRA leaves the token embeddings (tied to the output layer) and the final norm
@@ -59,84 +58,28 @@ QUICK_WIDTH = 64
 QUICK_RUNS = {"GRPO, full": ["--learning_rate", "1e-3", "--max_steps", "15"]}
 
 
-def warm_up_replies(button_bid: str) -> list[str]:
+def warm_up_replies(plan: Plan) -> list[str]:
     """One right reply, six valid actions that leave the task unsolved, one reply without an action."""
-    wrong = [f"hover('{button_bid}')", f"focus('{button_bid}')", f"clear('{button_bid}')", "click('12')", "click('14')", "noop()"]
-    return [f"click('{button_bid}')", *wrong, "I will click the button."]
-
-
-def first_pages(env_url: str, tokenizer, seeds: range) -> list:
-    """Episodes that have only begun: their first observation and first prompt, token for token as the
-    policy sees them."""
-    runner = EpisodeRunner(env_url, tokenizer, max_turns=0)
-    try:
-        return runner.run([(TASK, seed) for seed in seeds], generate=None)
-    finally:
-        runner.close()
-
-
-def warm_up_dataset(env_url: str, tokenizer, replies: Callable[[str], list[str]]) -> Dataset:
-    rows = {"input_ids": [], "completion_mask": []}
-    for episode in first_pages(env_url, tokenizer, range(16)):
-        bid = episode.observation.axtree_txt.split("] button")[0].rsplit("[", 1)[1]
-        for reply in replies(bid):
-            completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
-            rows["input_ids"].append(episode.prompt_ids + completion)
-            rows["completion_mask"].append([0] * len(episode.prompt_ids) + [1] * len(completion))
-    return Dataset.from_dict(rows)
-
-
-def warm_up(
-    base_model: str,
-    output_dir: Path,
-    env_url: str,
-    replies: Callable[[str], list[str]] = warm_up_replies,
-    steps: int = 150,
-    batch_size: int = 16,
-    learning_rate: float = 1e-3,
-) -> str:
-    """Supervised fine-tuning on click-test's first pages, each followed by every reply of `replies(button
-    bid)`, with the loss on the replies only."""
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
-    config = SFTConfig(
-        output_dir=str(output_dir),
-        max_steps=steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        lr_scheduler_type="constant",
-        completion_only_loss=True,
-        max_length=None,
-        logging_steps=50,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        use_cpu=True,
-        bf16=False,  # bf16 autocast on a CPU is several times slower than fp32
-        gradient_checkpointing=False,
-        seed=0,
-    )
-    model = AutoModelForCausalLM.from_pretrained(base_model)
-    trainer = SFTTrainer(
-        model=model, args=config, train_dataset=warm_up_dataset(env_url, tokenizer, replies), processing_class=tokenizer
-    )
-    trainer.train()
-    trainer.save_model(str(output_dir))
-    return str(output_dir)
+    (right,) = plan.right
+    bid = right.removeprefix("click(").removesuffix(")")
+    wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
+    return [right, *wrong, "I will click the button."]
 
 
 def grpo(start_model: str, output_dir: Path, env_url: str, *overrides: str) -> float:
-    """train.py's own entry point on configs/learning.yaml, from scratch; returns the wall time in seconds."""
+    """`python train.py` on configs/learning.yaml, from scratch; returns the wall time in seconds."""
     shutil.rmtree(output_dir, ignore_errors=True)  # train.py would resume from an earlier run's checkpoints
-    args = ["--config", str(GRPO_CONFIG), "--model_name_or_path", start_model, "--env_url", env_url]
-    env_args, training_args, model_args, _ = train.parse_args([*args, "--output_dir", str(output_dir), *overrides])
+    command = [sys.executable, str(ROOT / "train.py"), "--config", str(GRPO_CONFIG), "--model_name_or_path", start_model,
+               "--env_url", env_url, "--output_dir", str(output_dir), *overrides]  # fmt: skip
     start = time.perf_counter()
-    train.main(env_args, training_args, model_args)
+    subprocess.run(command, check=True)
     return time.perf_counter() - start
 
 
 def measure(model: str, env_url: str, episodes: int, max_turns: int) -> dict:
     return evaluate(
-        EvalArguments(model=model, task_name=TASK, episodes=episodes, temperature=1.0, max_turns=max_turns, env_url=env_url)
+        EvalArguments(model=model, episodes=episodes, temperature=1.0),
+        EnvArguments(task_name=TASK, max_turns=max_turns, env_url=env_url),
     )
 
 
@@ -157,10 +100,10 @@ def plot(results: dict, run_dirs: dict[str, Path], image_file: Path) -> None:
     before = results["starting policy"]["success_rate"]
     ax.axhline(before, color="grey", linestyle=":", label=f"starting policy, evaluated ({100 * before:.0f}%)")
     for (name, run_dir), color in zip(run_dirs.items(), ["tab:blue", "tab:orange"]):
-        rows = train.logged_steps(run_dir / train.METRICS_FILE)
+        rows = logged_steps(run_dir / METRICS_FILE)
         steps = sorted(rows)
         window = 5
-        smooth = train.moving_average([rows[s]["episodes/success_rate"] for s in steps], window)
+        smooth = moving_average([rows[s]["episodes/success_rate"] for s in steps], window)
         ax.plot(steps, smooth, color=color, label=f"{name}: training episodes ({window}-step average)")
         rate, (low, high) = results[name]["success_rate"], results[name]["ci95"]
         ax.errorbar([steps[-1]], [rate], yerr=[[rate - low], [high - rate]], fmt="o", color=color, capsize=4,
@@ -184,11 +127,12 @@ def main() -> None:
     out = Path(args.output_dir)
     episodes = args.episodes or (48 if args.quick else 100)
     width, runs = (QUICK_WIDTH, QUICK_RUNS) if args.quick else (WIDTH, RUNS)
-    max_turns = train.parse_args(["--config", str(GRPO_CONFIG)])[0].max_turns
+    max_turns = yaml.safe_load(GRPO_CONFIG.read_text())["max_turns"]
 
     with LocalEnvServer(TASK, max_sessions=32) as server:
         start = time.perf_counter()
-        starting_policy = warm_up(str(build_tiny_lfm2(out / "tiny-lfm2", width)), out / "warm-up", server.url)
+        base_model = str(build_tiny_lfm2(out / "tiny-lfm2", width))
+        starting_policy = warm_up(base_model, out / "warm-up", server.url, TASK, warm_up_replies)
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
         results = {"starting policy": measure(starting_policy, server.url, episodes, max_turns)}
         for name, extra in runs.items():
@@ -208,5 +152,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    train.setup_logging()
+    setup_logging()
     main()

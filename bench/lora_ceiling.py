@@ -37,7 +37,7 @@ def main() -> None:
         model = AutoModelForCausalLM.from_pretrained(path).requires_grad_(False)
         token_id = AutoTokenizer.from_pretrained(path).encode(args.token, add_special_tokens=False)[0]
         bound = ceiling(model, token_id)
-        print(f"{path}: {model.config.hidden_size} wide, at most {100 * bound:.1f}% on {args.token!r}")
+        print(f"{path}: {model.config.hidden_size} wide, at most {100 * bound:.4g}% on {args.token!r}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from env_client import LocalEnvServer
+from env_client import BrowserGymEnv, LocalEnvServer
 from tiny_lfm2 import build_tiny_lfm2
 
 
@@ -20,3 +20,10 @@ def env_server():
     """One real env_server.py process with real Chromium, shared by the tests that need a browser."""
     with LocalEnvServer("click-test", max_sessions=16, server_args=["--browsers", "2"]) as server:
         yield server
+
+
+@pytest.fixture
+def session(env_server):
+    """A client session on the shared server, closed after the test."""
+    with BrowserGymEnv(base_url=env_server.url).sync() as client:
+        yield client

@@ -1,22 +1,21 @@
 import ast
 import importlib.metadata
-import re
 import sys
 import time
 from pathlib import Path
 
-from trl import ModelConfig
+import psutil
 
-from bench.env_throughput import process_tree
-from train import EnvArguments, RecipeConfig, parse_args
+from scripted_policy import plan
+from train import parse_args
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def parse_config(config: str, *overrides: str) -> tuple[EnvArguments, RecipeConfig, ModelConfig]:
-    """Parses a recipe YAML plus command-line overrides exactly as `python train.py` does."""
-    env_args, training_args, model_args, _modal_args = parse_args(["--config", str(ROOT / config), *overrides])
-    return env_args, training_args, model_args
+def parse_config(config: str, *overrides: str) -> tuple:
+    """Parses a recipe YAML plus command-line overrides exactly as `python train.py` does:
+    (EnvArguments, RolloutArguments, RecipeConfig, ModelConfig), what train.main takes."""
+    return parse_args(["--config", str(ROOT / config), *overrides])
 
 
 # A small but real training run: 2 turns, 2 episodes per task instance, 4 per step.
@@ -29,14 +28,11 @@ def train_command(model: str, output_dir, *extra: str) -> list[str]:
             "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
 
 
-def button_bid(page_text: str) -> str:
-    """The bid of click-test's button on the (last) page in the text."""
-    return re.findall(r"\[(\w+)\] button 'Click Me!'", page_text)[-1]
-
-
 def click_the_button(page_text: str) -> str:
-    """A scripted policy for click-test: read the button's bid off the page."""
-    return f"click('{button_bid(page_text)}')"
+    """click-test's right action, read off the (last) page in the text."""
+    last_page = page_text[page_text.rindex("RootWebArea") :]
+    (action,) = plan("click-test", "Click the button.", last_page).right
+    return action
 
 
 def third_party_distributions(*files: str) -> dict[str, set[str]]:
@@ -66,6 +62,15 @@ def local_modules(*files: str) -> set[str]:
                 names = [node.module]
             modules |= {n.split(".")[0] for n in names if (ROOT / f"{n.split('.')[0]}.py").exists()}
     return modules
+
+
+def process_tree(root: int) -> set[int]:
+    """A process and all its descendants (none if it is gone)."""
+    try:
+        parent = psutil.Process(root)
+        return {root, *(child.pid for child in parent.children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def alive(pid: int) -> bool:

@@ -16,10 +16,11 @@ LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1",
 
 
 def test_the_recipe_config_loads_with_its_real_settings():
-    env_args, training_args, model_args = parse_config("config.yaml")
+    env_args, rollout_args, training_args, model_args = parse_config("config.yaml")
     assert model_args.model_name_or_path == "LiquidAI/LFM2-350M"
     assert env_args.task_name == "click-test" and env_args.env_url is None and env_args.max_turns == 10
     assert training_args.num_generations == 4 and training_args.vllm_mode == "colocate"
+    assert rollout_args.num_task_seeds == 1000
     assert set(model_args.lora_target_modules) == LFM2_LINEAR_LAYERS
     assert not model_args.use_peft  # full fine-tune unless --use_peft
 
@@ -31,13 +32,14 @@ def test_the_recipe_asks_for_colocated_vllm_on_the_gpu():
 
 def test_without_cuda_the_config_falls_back_to_transformers_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="train"):
-        _, training_args, _ = parse_config("config.yaml")
-    assert training_args.use_vllm is False and training_args.bf16 is False
-    assert "No CUDA device: generating with transformers instead of vLLM" in caplog.text
+        _, _, training_args, _ = parse_config("config.yaml")
+    cuda = torch.cuda.is_available()
+    assert training_args.use_vllm is cuda and training_args.bf16 is cuda
+    assert ("No CUDA device: generating with transformers instead of vLLM" in caplog.text) is not cuda
 
 
 def test_command_line_overrides_the_file():
-    env_args, training_args, model_args = parse_config(
+    env_args, _, training_args, model_args = parse_config(
         "config.yaml", "--task_name", "enter-text", "--max_steps", "7", "--use_peft", "--learning_rate", "1e-4"
     )
     assert (env_args.task_name, training_args.max_steps, model_args.use_peft) == ("enter-text", 7, True)
@@ -45,13 +47,13 @@ def test_command_line_overrides_the_file():
 
 
 def test_smoke_config_loads():
-    env_args, training_args, model_args = parse_config("configs/smoke.yaml")
+    env_args, _, training_args, model_args = parse_config("configs/smoke.yaml")
     assert model_args.model_name_or_path == ".cache/tiny-lfm2"
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
 
 def test_lora_targets_every_linear_layer_of_lfm2(tiny_model):
-    _, _, model_args = parse_config("config.yaml", "--use_peft")
+    *_, model_args = parse_config("config.yaml", "--use_peft")
     linear_layers = [
         name
         for name, module in AutoModelForCausalLM.from_pretrained(tiny_model).named_modules()
@@ -105,6 +107,19 @@ def test_train_py_exits_with_status_2_and_no_traceback_on_a_config_error(tmp_pat
     assert str(config) in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("config", ["config.yaml", "configs/smoke.yaml", "configs/learning.yaml"])
-def test_every_shipped_config_loads(config):
-    parse_config(config)
+def test_the_learning_benchmark_config_plays_one_action_per_episode_on_the_cpu():
+    env_args, _, training_args, model_args = parse_config("configs/learning.yaml")
+    assert env_args.max_turns == 1 and model_args.dtype == "float32" and training_args.use_vllm is False
+    assert training_args.generation_batch_size % training_args.num_generations == 0
+
+
+def test_an_unknown_command_line_argument_is_named():
+    with pytest.raises(ConfigError, match="unrecognized arguments: --max_turnz 3"):
+        parse_args(["--config", str(ROOT / "configs/smoke.yaml"), "--max_turnz", "3"])
+
+
+def test_train_py_passes_over_the_cloud_launchers_keys(tmp_path):
+    config = tmp_path / "recipe.yaml"
+    config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpu: H100\nmodal_anything: 1\n")
+    env_args, _, _, model_args = parse_args(["--config", str(config)])  # modal_app.py checks them, train.py not
+    assert model_args.model_name_or_path == ".cache/tiny-lfm2"

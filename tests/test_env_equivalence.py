@@ -3,7 +3,6 @@ termination for the same seed and actions. The stock environment runs here, in t
 real server; scripted policies play right and wrong action sequences through both."""
 
 import asyncio
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
@@ -12,45 +11,16 @@ from browsergym.utils.obs import flatten_axtree_to_str
 
 import env_server
 from env_client import BrowserGymEnv
-from env_server import BrowserGymAction
+from env_protocol import BrowserGymAction
+from scripted_policy import PLANS, plan
+
+TASKS = sorted(PLANS)
 
 
-def bids(axtree: str, role: str, name: str | None = None) -> list[str]:
-    name_pattern = re.escape(name) if name is not None else "[^']*"
-    return re.findall(rf"\[(\w+)\] {role} '{name_pattern}'", axtree)
-
-
-def quoted(goal: str) -> list[str]:
-    return re.findall(r'"([^"]*)"', goal)
-
-
-def click_test(goal, axtree, right):
-    return [f"click('{bids(axtree, 'button', 'Click Me!')[0]}')" if right else "click('9999')"]
-
-
-def click_button(goal, axtree, right):
-    (target,) = quoted(goal)
-    correct = bids(axtree, "button", target)
-    others = [b for b in bids(axtree, "button") + re.findall(r"\[(\w+)\]", axtree) if b not in correct]
-    return [f"click('{(correct if right else others)[0]}')"]
-
-
-def enter_text(goal, axtree, right):
-    (text,) = quoted(goal)
-    return [f"fill('{bids(axtree, 'textbox')[0]}', '{text if right else text + 'x'}')", f"click('{bids(axtree, 'button', 'Submit')[0]}')"]
-
-
-def login_user(goal, axtree, right):
-    user, password = quoted(goal)
-    username_box, password_box = bids(axtree, "textbox")[:2]
-    return [
-        f"fill('{username_box}', '{user}')",
-        f"fill('{password_box}', '{password if right else password + '!'}')",
-        f"click('{bids(axtree, 'button', 'Login')[0]}')",
-    ]
-
-
-SCRIPTS = {"click-test": click_test, "click-button": click_button, "enter-text": enter_text, "login-user": login_user}
+def actions(task: str, goal: str, page: str, right: bool) -> list[str]:
+    """The scripted plan's right actions, or the same with its first action a wrong one: unsolved."""
+    steps = plan(task, goal, page)
+    return steps.right if right else [steps.wrong[0], *steps.right[1:]]
 
 
 class StockBrowserGym:
@@ -70,7 +40,7 @@ class StockBrowserGym:
             obs, _ = env.reset(seed=seed)
             axtree = flatten_axtree_to_str(obs["axtree_object"])
             trace = [(obs["goal"], axtree, 0.0, False, "")]
-            for action in SCRIPTS[task](obs["goal"], axtree, right):
+            for action in actions(task, obs["goal"], axtree, right):
                 obs, reward, terminated, truncated, _ = env.step(action)
                 trace.append((obs["goal"], flatten_axtree_to_str(obs["axtree_object"]), reward, terminated or truncated, obs["last_action_error"]))
             return trace
@@ -83,32 +53,26 @@ def stock():
     return StockBrowserGym()
 
 
-def play_on_server(env, task: str, seed: int, right: bool) -> list[tuple]:
-    obs = env.reset(task_name=task, seed=seed).observation
+def play_on_server(session, task: str, seed: int, right: bool) -> list[tuple]:
+    obs = session.reset(task_name=task, seed=seed).observation
     trace = [(obs.goal, obs.axtree_txt, 0.0, False, "")]
-    for action in SCRIPTS[task](obs.goal, obs.axtree_txt, right):
-        result = env.step(BrowserGymAction(action_str=action))
+    for action in actions(task, obs.goal, obs.axtree_txt, right):
+        result = session.step(BrowserGymAction(action_str=action))
         obs = result.observation
         trace.append((obs.goal, obs.axtree_txt, result.reward, result.done, obs.error))
     return trace
 
 
-@pytest.fixture(scope="module")
-def env(env_server):
-    with BrowserGymEnv(base_url=env_server.url).sync() as client:
-        yield client
-
-
-@pytest.mark.parametrize("task", SCRIPTS)
-def test_the_right_actions_solve_the_task_exactly_as_in_stock_browsergym(env, stock, task):
-    ours = play_on_server(env, task, seed=11, right=True)
+@pytest.mark.parametrize("task", TASKS)
+def test_the_right_actions_solve_the_task_exactly_as_in_stock_browsergym(session, stock, task):
+    ours = play_on_server(session, task, seed=11, right=True)
     assert ours[-1][2:4] == (1.0, True)
     assert ours == stock.play(task, seed=11, right=True)
 
 
-@pytest.mark.parametrize("task", SCRIPTS)
-def test_wrong_actions_score_zero_exactly_as_in_stock_browsergym(env, stock, task):
-    ours = play_on_server(env, task, seed=12, right=False)
+@pytest.mark.parametrize("task", TASKS)
+def test_wrong_actions_score_zero_exactly_as_in_stock_browsergym(session, stock, task):
+    ours = play_on_server(session, task, seed=12, right=False)
     assert ours[-1][2] == 0.0
     assert ours == stock.play(task, seed=12, right=False)
 
@@ -120,7 +84,7 @@ def test_eight_concurrent_sessions_each_get_their_own_episode_and_reward(env_ser
 
     async def play(client, task, seed, right):
         obs = (await client.reset(task_name=task, seed=seed)).observation
-        for action in SCRIPTS[task](obs.goal, obs.axtree_txt, right):
+        for action in actions(task, obs.goal, obs.axtree_txt, right):
             result = await client.step(BrowserGymAction(action_str=action))
         return obs.goal, result.reward
 

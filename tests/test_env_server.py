@@ -2,6 +2,8 @@
 
 import asyncio
 import inspect
+import json
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,27 +14,31 @@ from playwright.sync_api import sync_playwright
 
 import env_server
 from env_client import BrowserGymEnv
-from env_server import BrowserGymAction
-from helpers import button_bid
+from env_protocol import BrowserGymAction
+from helpers import click_the_button
 
 
-@pytest.fixture
-def env(env_server):
-    with BrowserGymEnv(base_url=env_server.url).sync() as client:
-        yield client
+def action(text: str) -> BrowserGymAction:
+    return BrowserGymAction(action_str=text)
 
 
-def click(bid: str) -> BrowserGymAction:
-    return BrowserGymAction(action_str=f"click('{bid}')")
+def test_health_answers_at_once_while_a_session_waits_on_its_browser(env_server, session):
+    # A container's health check must not time out because a policy made its browser wait.
+    session.reset(seed=0)
+    with ThreadPoolExecutor(max_workers=1) as background:
+        waiting = background.submit(session.step, action("noop(3000)"))
+        time.sleep(0.5)
+        start = time.monotonic()
+        with urllib.request.urlopen(f"{env_server.url}/health", timeout=2) as response:
+            answer = json.load(response)
+        health_seconds = time.monotonic() - start
+        assert not waiting.done()  # the session was still in its browser when /health answered
+        assert waiting.result().observation.error == ""
+    assert answer == {"status": "healthy"} and health_seconds < 1.0
 
 
-def test_health_answers(env_server):
-    with urllib.request.urlopen(f"{env_server.url}/health") as response:
-        assert response.status == 200
-
-
-def test_reset_gives_the_goal_and_an_accessibility_tree_with_the_button(env):
-    result = env.reset(seed=0)
+def test_reset_gives_the_goal_and_an_accessibility_tree_with_the_button(session):
+    result = session.reset(seed=0)
     obs = result.observation
     assert obs.goal == "Click the button."
     assert "button 'Click Me!'" in obs.axtree_txt
@@ -43,48 +49,48 @@ def test_reset_gives_the_goal_and_an_accessibility_tree_with_the_button(env):
     assert (result.done, result.reward, obs.error, obs.last_action_error) == (False, 0.0, "", False)
 
 
-def test_clicking_the_button_solves_the_task(env):
-    obs = env.reset(seed=1).observation
-    result = env.step(click(button_bid(obs.axtree_txt)))
+def test_clicking_the_button_solves_the_task(session):
+    obs = session.reset(seed=1).observation
+    result = session.step(action(click_the_button(obs.axtree_txt)))
     assert (result.reward, result.done) == (1.0, True)
     assert result.observation.error == ""
 
 
-def test_a_wrong_bid_is_an_error_observation_and_the_session_keeps_working(env):
-    obs = env.reset(seed=2).observation
-    wrong = env.step(click("9999"))
+def test_a_wrong_bid_is_an_error_observation_and_the_session_keeps_working(session):
+    obs = session.reset(seed=2).observation
+    wrong = session.step(action("click('9999')"))
     assert wrong.observation.last_action_error
     assert 'Could not find element with bid "9999"' in wrong.observation.error
     assert (wrong.reward, wrong.done) == (0.0, False)
-    right = env.step(click(button_bid(obs.axtree_txt)))
+    right = session.step(action(click_the_button(obs.axtree_txt)))
     assert (right.reward, right.done) == (1.0, True)
 
 
-def test_a_disallowed_action_is_refused_as_an_error(env):
-    env.reset(seed=3)
-    result = env.step(BrowserGymAction(action_str="goto('https://example.com')"))
+def test_a_disallowed_action_is_refused_as_an_error(session):
+    session.reset(seed=3)
+    result = session.step(action("goto('https://example.com')"))
     assert result.observation.last_action_error
     assert "goto" in result.observation.error
     assert result.observation.url.endswith("click-test.html")
     assert (result.reward, result.done) == (0.0, False)
 
 
-def test_task_is_chosen_per_reset_and_an_unknown_task_is_a_clear_error(env):
-    assert env.reset(task_name="enter-text", seed=0).observation.url.endswith("enter-text.html")
+def test_task_is_chosen_per_reset_and_an_unknown_task_is_a_clear_error(session):
+    assert session.reset(task_name="enter-text", seed=0).observation.url.endswith("enter-text.html")
     with pytest.raises(RuntimeError, match="unknown MiniWoB task 'no-such-task'"):
-        env.reset(task_name="no-such-task")
-    assert env.reset(seed=0).observation.url.endswith("click-test.html")  # back to the server's default task
+        session.reset(task_name="no-such-task")
+    assert session.reset(seed=0).observation.url.endswith("click-test.html")  # back to the server's default task
 
 
-def test_screenshot_on_request(env):
-    obs = env.reset(seed=0, screenshot=True).observation
+def test_screenshot_on_request(session):
+    obs = session.reset(seed=0, screenshot=True).observation
     height, width, channels = len(obs.screenshot), len(obs.screenshot[0]), len(obs.screenshot[0][0])
     assert channels == 3 and height > 100 and width > 100
 
 
-def test_the_same_seed_gives_the_same_task_instance(env):
-    first = env.reset(task_name="click-button", seed=7).observation
-    second = env.reset(task_name="click-button", seed=7).observation
+def test_the_same_seed_gives_the_same_task_instance(session):
+    first = session.reset(task_name="click-button", seed=7).observation
+    second = session.reset(task_name="click-button", seed=7).observation
     assert (first.goal, first.axtree_txt) == (second.goal, second.axtree_txt)
 
 
@@ -96,7 +102,7 @@ def test_concurrent_sessions_do_not_see_each_others_pages(env_server):
             assert reset_a.observation.url.endswith("click-test.html")
             assert reset_b.observation.url.endswith("enter-text.html")
             stepped_a, state_b = await asyncio.gather(
-                a.step(click(button_bid(reset_a.observation.axtree_txt))), b.step(BrowserGymAction(action_str="noop(10)"))
+                a.step(action(click_the_button(reset_a.observation.axtree_txt))), b.step(action("noop(10)"))
             )
             assert (stepped_a.reward, stepped_a.done) == (1.0, True)
             assert (state_b.reward, state_b.done) == (0.0, False)

@@ -10,6 +10,7 @@ from PIL import Image
 import train
 from evaluate import EvalArguments, evaluate, wilson_interval
 from helpers import ROOT, parse_config
+from rollout import EnvArguments
 
 
 @pytest.mark.parametrize(
@@ -21,9 +22,9 @@ def test_wilson_interval_matches_the_textbook_values(successes, n, low, high):
 
 
 def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_model, env_server, tmp_path):
-    args = EvalArguments(model=tiny_model, episodes=5, batch_size=3, max_turns=2, temperature=1.0,
-                         env_url=env_server.url, output_dir=str(tmp_path), screenshots=True)  # fmt: skip
-    summary = evaluate(args)
+    args = EvalArguments(model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path),
+                         screenshots=True)  # fmt: skip
+    summary = evaluate(args, EnvArguments(max_turns=2, env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert [r["seed"] for r in records] == list(range(1_000_000, 1_000_005))  # held out from training seeds
     assert all(len(r["replies"]) == len(r["actions"]) == r["turns"] for r in records)

@@ -2,15 +2,15 @@
 and the bound on what LoRA can reach that chose the benchmark model's width."""
 
 import json
+import re
 import subprocess
 import sys
 
 import torch
-from helpers import ROOT
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
-from bench.lora_ceiling import ceiling
+from helpers import ROOT
 
 
 def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
@@ -29,10 +29,14 @@ def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
 
 def test_the_lora_ceiling_bounds_what_lora_reaches_and_lora_gets_close(tiny_model, tokenizer):
     """bench/lora_ceiling.py's bound, against LoRA on every linear layer trained for nothing but that token."""
+    printed = subprocess.run(
+        [sys.executable, "bench/lora_ceiling.py", tiny_model, "--token", "click"],
+        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300,
+    ).stdout  # fmt: skip
+    bound = float(re.search(r"at most ([\d.]+)% on 'click'", printed).group(1)) / 100
     model = AutoModelForCausalLM.from_pretrained(tiny_model).requires_grad_(False)
     prompt = torch.tensor([tokenizer.encode("Goal: Click the button.")])
     click = tokenizer.encode("click", add_special_tokens=False)[0]
-    bound = ceiling(model, click)
     assert bound < 0.05  # untrained and 64 wide: small, near-random embeddings leave every token far from certain
     assert torch.softmax(model(prompt).logits[0, -1], dim=-1)[click] < bound / 3
 

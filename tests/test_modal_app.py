@@ -10,6 +10,7 @@ import time
 import tomllib
 
 import modal
+import pytest
 
 import modal_app
 import train
@@ -17,7 +18,7 @@ from helpers import ROOT, local_modules, third_party_distributions
 
 
 def test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings():
-    defaults = train.ModalArguments()
+    defaults = modal_app.ModalArguments()
     assert modal_app.app.name == "browser-rl"
     assert isinstance(modal_app.train_remote, modal.Function)
     spec = modal_app.train_remote._spec_  # Modal's record of the decorator's arguments
@@ -33,11 +34,20 @@ def test_gpu_timeout_retries_and_secrets_come_from_the_config(tmp_path):
         (ROOT / "config.yaml").read_text()
         + "modal_gpu: A100-80GB\nmodal_timeout_hours: 2.5\nmodal_retries: 5\nmodal_secrets: [huggingface, wandb]\n"
     )
-    *_, settings = train.parse_args(["--config", str(config)])
+    *_, settings = train.parse_args(["--config", str(config)], launcher=modal_app.ModalArguments)
     options = modal_app.function_options(settings)
     assert options["gpu"] == "A100-80GB" and options["timeout"] == 9000
     assert options["retries"].max_retries == 5
     assert len(options["secrets"]) == 2 and all(isinstance(s, modal.Secret) for s in options["secrets"])
+
+
+def test_a_mistake_in_the_modal_keys_fails_on_this_machine_before_a_gpu_is_rented(tmp_path, capsys):
+    config = tmp_path / "cloud.yaml"
+    config.write_text((ROOT / "config.yaml").read_text() + "modal_gpuu: H100\n")
+    with pytest.raises(SystemExit) as exit:
+        modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="")
+    assert exit.value.code == 2
+    assert "unknown key 'modal_gpuu' (did you mean 'modal_gpu'?)" in capsys.readouterr().err
 
 
 def test_the_image_installs_every_dependency_of_the_code_it_runs():

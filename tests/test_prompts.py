@@ -1,5 +1,5 @@
-from env_client import SYSTEM_PROMPT, ChatTurns, feedback
-from env_server import BrowserGymObservation
+from env_protocol import BrowserGymObservation
+from rollout import SYSTEM_PROMPT, ChatTurns, feedback
 
 PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
 

@@ -13,22 +13,19 @@ from safetensors.torch import load_file
 
 import env_server
 import train
-from bench.learning import warm_up
 from env_client import free_port
 from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
+from metrics import METRICS_FILE, read_metrics
 from tiny_lfm2 import build_tiny_lfm2
+from warm_up import warm_up
 
 @pytest.fixture(scope="module")
 def clicking_model(tmp_path_factory, env_server):
     """A tiny LFM2 taught to click click-test's button: every episode it plays is solved, so a zero reward
     in its training log could only come from the environment."""
     base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
-    return warm_up(str(base), tmp_path_factory.mktemp("clicking"), env_server.url, lambda bid: [f"click('{bid}')"], 60, 4, 3e-3)
-
-
-def logged_steps(output_dir) -> list[dict]:
-    rows = [json.loads(line) for line in (output_dir / train.METRICS_FILE).read_text().splitlines()]
-    return [row for row in rows if "reward" in row]
+    clicking = tmp_path_factory.mktemp("clicking")
+    return warm_up(str(base), clicking, env_server.url, "click-test", lambda plan: plan.right, 60, 4, 3e-3)
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["server killed", "server hung"])
@@ -52,7 +49,7 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert "environment failure 1 of at most 3" in log
     assert fault != signal.SIGSTOP or "TimeoutError" in log
     assert len(re.findall(r"starting a local environment server", log)) == 2
-    steps = logged_steps(tmp_path)
+    steps = [row for row in read_metrics(tmp_path / METRICS_FILE) if "reward" in row]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 

@@ -1,11 +1,14 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
+import inspect
+
 import pytest
 import torch
+from trl.generation.vllm_generation import VLLMGeneration
 
 import train
-from env_client import EpisodeRunner
 from helpers import click_the_button, parse_config
+from rollout import EpisodeRunner
 
 
 def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
@@ -77,7 +80,7 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
 def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     env_server, tiny_model, tokenizer, monkeypatch, tmp_path, lora
 ):
-    env_args, training_args, model_args = parse_config(
+    env_args, rollout_args, training_args, model_args = parse_config(
         "configs/smoke.yaml",
         *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path), "--env_url", env_server.url),
         *("--max_turns", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
@@ -101,7 +104,9 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     monkeypatch.setattr(train, "transformers_generate", recording(train.transformers_generate))
     runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
     try:
-        trainer = train.build_trainer(env_args, training_args, model_args, tokenizer, runner, recover=lambda: None)
+        trainer = train.build_trainer(
+            env_args, rollout_args, training_args, model_args, tokenizer, runner, recover=lambda: None
+        )
         if lora:  # an adapter as after some updates: a fresh one (B = 0) changes nothing
             torch.manual_seed(0)
             with torch.no_grad():
@@ -141,7 +146,7 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
 
 def test_vllm_generation_is_called_with_token_ids_and_returns_the_sampled_tokens_logprob():
     class FakeVLLMGeneration:  # vLLM needs a GPU; this pins what we send it and how we read its answer
-        def generate(self, prompts, images, num_generations):
+        def generate(self, prompts, images, num_generations, profiler=None):
             self.call = (prompts, images, num_generations)
             return prompts, [[11, 7], [12]], [[[-0.1, -2.0], [-0.2, -3.0]], [[-0.3]]], None
 
@@ -151,3 +156,6 @@ def test_vllm_generation_is_called_with_token_ids_and_returns_the_sampled_tokens
     ids, logprobs = train.vllm_generate(FakeTrainer())([[1, 2, 3], [1, 2]])
     assert FakeTrainer.vllm_generation.call == ([[1, 2, 3], [1, 2]], None, 1)
     assert ids == [[11, 7], [12]] and logprobs == [[-0.1, -0.2], [-0.3]]
+    # The fake takes TRL's real parameters, so a change in TRL's interface fails here.
+    real = inspect.signature(VLLMGeneration.generate).parameters
+    assert list(inspect.signature(FakeVLLMGeneration.generate).parameters) == list(real)

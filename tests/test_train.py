@@ -18,8 +18,9 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM
 
 import train
-from bench.env_throughput import process_tree
-from helpers import FAST, ROOT, alive, parse_config, train_command
+from metrics import CURVE_FILE, METRICS_FILE, read_metrics
+from helpers import FAST, ROOT, alive, parse_config, process_tree, train_command
+
 
 def run_training(tiny_model, env_url, output_dir, *extra):
     args = parse_config(
@@ -39,13 +40,13 @@ def assert_steps_logged(log_history):
 
 def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, env_server, tmp_path):
     assert_steps_logged(run_training(tiny_model, env_server.url, tmp_path))
-    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(tmp_path / METRICS_FILE)
     steps = [m for m in metrics if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]
     for m in steps:
         assert {"episodes/success_rate", "episodes/turns", "episodes/unparsed_share", "entropy", "loss"} <= m.keys()
         assert m["episodes/success_rate"] == m["reward"]  # the reward is task success
-    assert Image.open(tmp_path / "learning_curve.png").width > 300
+    assert Image.open(tmp_path / CURVE_FILE).width > 300
     for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
         model = AutoModelForCausalLM.from_pretrained(path)
         assert model.config.model_type == "lfm2"
@@ -80,7 +81,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stderr
-    assert "No CUDA device: generating with transformers instead of vLLM" in log
+    assert ("No CUDA device: generating with transformers instead of vLLM" in log) != torch.cuda.is_available()
     assert re.search(r"full fine-tune: [\d,]+ trainable parameters", log)
     assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
     assert "stopped the local environment server" in log

@@ -1,0 +1,46 @@
+"""What crosses the wire between env_server.py and its clients.
+
+OpenEnv's action, observation and state types for BrowserGym (the same fields as OpenEnv's public BrowserGym
+environment, so either side can talk to the other's counterpart), the variable that holds the server's
+token, and the names of the MiniWoB tasks a server can reset to. Server, client, trainer, evaluation and tests
+all import this module; it imports neither side, so a trainer that talks to a remote server never loads the
+server's browsers.
+"""
+
+from typing import Optional
+
+from browsergym.miniwob import ALL_MINIWOB_TASKS
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+TOKEN_VARIABLE = "BROWSER_RL_ENV_TOKEN"
+DEFAULT_TASK = "click-test"
+MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
+
+# Every MiniWoB task BrowserGym registers (and scores), by the name a reset takes: click-test, enter-text, ...
+MINIWOB_TASKS: tuple[str, ...] = tuple(sorted(task.get_task_id().removeprefix("miniwob.") for task in ALL_MINIWOB_TASKS))
+
+
+class BrowserGymAction(Action):
+    action_str: str = Field(..., description="One BrowserGym action call, e.g. click('13')")
+
+
+class BrowserGymObservation(Observation):
+    text: str = Field(default="", description="Text view of the page (the accessibility tree)")
+    url: str = Field(default="")
+    screenshot: Optional[list[list[list[int]]]] = Field(default=None, description="RGB pixels, only on request")
+    goal: str = Field(default="")
+    axtree_txt: str = Field(default="")
+    pruned_html: str = Field(default="")
+    error: str = Field(default="", description="Why the last action failed, empty if it did not")
+    last_action_error: bool = Field(default=False)
+
+
+class BrowserGymState(State):
+    benchmark: str = Field(default="miniwob")
+    task_name: str = Field(default="")
+    task_id: Optional[str] = Field(default=None)
+    goal: str = Field(default="")
+    current_url: str = Field(default="")
+    max_steps: Optional[int] = Field(default=None)
+    cum_reward: float = Field(default=0.0)

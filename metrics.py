@@ -1,0 +1,93 @@
+"""What a run reports: one line per GRPO step, every logged step in metrics.jsonl, and the learning curve.
+
+train.py logs through these; evaluate.py and the benchmarks read metrics.jsonl back with `logged_steps`.
+"""
+
+import json
+import logging
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
+
+METRICS_FILE = "metrics.jsonl"
+CURVE_FILE = "learning_curve.png"
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+
+
+class StepPrinter(TrainerCallback):
+    """One line per logged step, with the numbers worth watching."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "reward" not in logs:
+            return
+        log.info(
+            "step %d/%d | success %.1f%% | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
+            " | entropy %.3f | lr %.2e | %.1f episodes/s",
+            state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")),
+            logs["reward"], logs.get("reward_std", 0.0), logs.get("episodes/turns", float("nan")),
+            100 * logs.get("episodes/unparsed_share", float("nan")), logs.get("loss", float("nan")),
+            logs.get("entropy", float("nan")), logs.get("learning_rate", 0.0), logs.get("episodes/per_second", 0.0),
+        )  # fmt: skip
+
+
+class MetricsLog(TrainerCallback):
+    """Appends every logged step to OUTPUT_DIR/metrics.jsonl as it happens (a crash loses nothing, a resumed
+    run continues the file) and draws OUTPUT_DIR/learning_curve.png from it when training ends."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+            with open(Path(args.output_dir) / METRICS_FILE, "a") as f:
+                f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and (Path(args.output_dir) / METRICS_FILE).exists():
+            path = plot_learning_curve(Path(args.output_dir) / METRICS_FILE, Path(args.output_dir) / CURVE_FILE)
+            log.info("learning curve: %s", path)
+
+
+def read_metrics(metrics_file: Path) -> list[dict]:
+    """Every row of a metrics.jsonl, in the order they were logged."""
+    return [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+
+
+def logged_steps(metrics_file: Path) -> dict[int, dict]:
+    """The training steps of a metrics.jsonl, by step number; a resumed run may log a step twice, the later wins."""
+    return {r["step"]: r for r in read_metrics(metrics_file) if "episodes/success_rate" in r}
+
+
+def moving_average(values: list[float], window: int) -> list[float]:
+    return [sum(values[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(values))]
+
+
+def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
+    """Success rate per step (with a moving average) and episode length, from a metrics.jsonl."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    rows = logged_steps(metrics_file)
+    steps = sorted(rows)
+    success = [rows[s]["episodes/success_rate"] for s in steps]
+    window = max(1, len(steps) // 10)
+    smooth = moving_average(success, window)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
+    top.plot(steps, success, ".", alpha=0.4, label="per step")
+    top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
+    top.set_ylabel("success rate (training episodes)")
+    top.set_ylim(-0.05, 1.05)
+    top.legend(loc="lower right")
+    bottom.plot(steps, [rows[s]["episodes/turns"] for s in steps], "-")
+    bottom.set_ylabel("turns per episode")
+    bottom.set_xlabel("GRPO step")
+    top.set_title(metrics_file.parent.name)
+    fig.tight_layout()
+    fig.savefig(image_file, dpi=100)
+    plt.close(fig)
+    return image_file

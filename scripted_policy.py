@@ -1,0 +1,60 @@
+"""Scripted policies for MiniWoB tasks: the actions that solve a task instance, read off its goal and first page,
+and actions of the same shape that leave it unsolved.
+
+The tests use them to drive the environment, the benchmarks to time it, and the warm-up of a starting policy
+(warm_up.py) to write its examples. The recipe itself never does: its policy learns from the reward alone.
+"""
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass
+class Plan:
+    right: list[str]  # the actions that solve the instance, in order
+    wrong: list[str]  # valid actions that do not solve it, one for each step of `right`
+
+
+def bids(page: str, role: str, name: str | None = None) -> list[str]:
+    """The bids of the page's elements of a role (and name), in page order."""
+    name_pattern = re.escape(name) if name is not None else "[^']*"
+    return re.findall(rf"\[(\w+)\] {role} '{name_pattern}'", page)
+
+
+def quoted(goal: str) -> list[str]:
+    return re.findall(r'"([^"]*)"', goal)
+
+
+def click_test(goal: str, page: str) -> Plan:
+    return Plan(right=[f"click('{bids(page, 'button', 'Click Me!')[0]}')"], wrong=["click('9999')"])
+
+
+def click_button(goal: str, page: str) -> Plan:
+    (target,) = quoted(goal)
+    (right,) = bids(page, "button", target)
+    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid != right]
+    return Plan(right=[f"click('{right}')"], wrong=[f"click('{others[0]}')"])
+
+
+def enter_text(goal: str, page: str) -> Plan:
+    (text,) = quoted(goal)
+    box, submit = bids(page, "textbox")[0], bids(page, "button", "Submit")[0]
+    return Plan(right=[f"fill('{box}', '{text}')", f"click('{submit}')"], wrong=[f"fill('{box}', '{text}x')", f"focus('{box}')"])
+
+
+def login_user(goal: str, page: str) -> Plan:
+    user, password = quoted(goal)
+    user_box, password_box = bids(page, "textbox")[:2]
+    login = bids(page, "button", "Login")[0]
+    return Plan(
+        right=[f"fill('{user_box}', '{user}')", f"fill('{password_box}', '{password}')", f"click('{login}')"],
+        wrong=[f"fill('{user_box}', '{password}')", f"fill('{password_box}', '{password}!')", f"focus('{login}')"],
+    )
+
+
+PLANS = {"click-test": click_test, "click-button": click_button, "enter-text": enter_text, "login-user": login_user}
+
+
+def plan(task: str, goal: str, page: str) -> Plan:
+    """The scripted plan for an instance of `task`, from its goal and its first page's accessibility tree."""
+    return PLANS[task](goal, page)
