@@ -10,7 +10,7 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # What env_server.py and actions.py import (tests/test_dockerfile.py keeps this list complete).
-RUN pip install --no-cache-dir "openenv-core>=0.3,<0.4" "browsergym-miniwob>=0.14" "miniwob>=1.0" \
+RUN pip install --no-cache-dir "openenv>=0.10,<0.11" "browsergym-miniwob>=0.14" "miniwob>=1.0" \
     "playwright" "pydantic>=2" "uvicorn>=0.30"
 
 RUN useradd --create-home env

@@ -1,9 +1,7 @@
 """The client side of the environment: OpenEnv's WebSocket client for env_server.py (and for OpenEnv's public
 BrowserGym environment), and env_server.py as a child process for runs that start their own server."""
 
-import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -17,8 +15,6 @@ from typing import Any
 
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed
 
 from env_protocol import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
@@ -33,26 +29,16 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
     """
 
     def __init__(self, base_url: str, token: str | None = None, **kwargs: Any):
+        token = token or os.environ.get(TOKEN_VARIABLE)
+        if token:
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {token}"}
         super().__init__(base_url, **kwargs)
-        self.token = token or os.environ.get(TOKEN_VARIABLE) or None
-
-    async def connect(self) -> "BrowserGymEnv":
-        if self._ws is None and self.token:
-            try:
-                self._ws = await ws_connect(
-                    self._ws_url,
-                    open_timeout=self._connect_timeout,
-                    max_size=self._max_message_size,
-                    additional_headers={"Authorization": f"Bearer {self.token}"},
-                )
-            except Exception as e:
-                raise ConnectionError(f"Failed to connect to {self._ws_url}: {e}") from e
-        return await super().connect()
 
     def _step_payload(self, action: BrowserGymAction) -> dict[str, Any]:
         return {"action_str": action.action_str, "metadata": action.metadata}
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[BrowserGymObservation]:
+        # Fields this client does not know (a newer server's) are left out rather than refused.
         fields = BrowserGymObservation.model_fields.keys()
         observation = BrowserGymObservation(
             **{k: v for k, v in payload.get("observation", {}).items() if k in fields},
@@ -63,30 +49,6 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
 
     def _parse_state(self, payload: dict[str, Any]) -> BrowserGymState:
         return BrowserGymState(**{k: v for k, v in payload.items() if k in BrowserGymState.model_fields})
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        try:
-            await super()._send(message)
-        except ConnectionClosed:
-            # A server at capacity answers a new connection with its reason and closes it at once; the reason
-            # is still queued here, and says more than "connection closed".
-            with contextlib.suppress(ConnectionClosed, ValueError, asyncio.TimeoutError):
-                refusal = json.loads(await asyncio.wait_for(self._ws.recv(), timeout=1))
-                if refusal.get("type") == "error":
-                    data = refusal.get("data", {})
-                    raise RuntimeError(f"Server error: {data.get('message')} (code: {data.get('code')})") from None
-            raise
-
-    async def disconnect(self) -> None:
-        """Ends the session and waits for the server to close the socket, which it does once the session's
-        browser context is closed: the server's resources are released when this returns."""
-        if self._ws is not None:
-            try:
-                await self._send({"type": "close"})
-                await asyncio.wait_for(self._ws.wait_closed(), timeout=30)
-            except (OSError, asyncio.TimeoutError, ConnectionClosed):
-                pass  # the server is gone already
-        await super().disconnect()
 
 
 class LocalEnvServer:

@@ -374,6 +374,7 @@ def build_app(
         BrowserGymAction,
         BrowserGymObservation,
         env_name="browsergym_miniwob",
+        state_cls=BrowserGymState,
         # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s or None),
     )

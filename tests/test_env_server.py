@@ -8,6 +8,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from openenv.core.generic_client import GenericEnvClient
 from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
@@ -35,6 +36,27 @@ def test_health_answers_at_once_while_a_session_waits_on_its_browser(env_server,
         assert not waiting.done()  # the session was still in its browser when /health answered
         assert waiting.result().observation.error == ""
     assert answer == {"status": "healthy"} and health_seconds < 1.0
+
+
+# What OpenEnv's public BrowserGym client reads: the observation's fields, reward and done beside it, and the
+# state's fields (envs/browsergym_env/client.py and models.py upstream).
+UPSTREAM_OBSERVATION_FIELDS = {"text", "url", "screenshot", "goal", "axtree_txt", "pruned_html", "error",
+                               "last_action_error", "metadata"}  # fmt: skip
+UPSTREAM_STATE_FIELDS = {"episode_id", "step_count", "benchmark", "task_name", "task_id", "goal", "current_url",
+                         "max_steps", "cum_reward"}  # fmt: skip
+
+
+def test_openenvs_own_client_plays_an_episode_with_the_upstream_wire_format(env_server):
+    # OpenEnv's generic client sends the action as a plain dict and hands back what the server sent, unparsed.
+    with GenericEnvClient(base_url=env_server.url).sync() as client:
+        first = client.reset(task_name="click-test", seed=3)
+        assert UPSTREAM_OBSERVATION_FIELDS <= first.observation.keys()
+        assert (first.reward, first.done) == (0.0, False)
+        result = client.step({"action_str": click_the_button(first.observation["axtree_txt"])})
+        assert (result.reward, result.done, result.observation["error"]) == (1.0, True, "")
+        state = client.state()
+        assert UPSTREAM_STATE_FIELDS <= state.keys()
+        assert (state["task_name"], state["task_id"], state["step_count"]) == ("click-test", "3", 1)
 
 
 def test_reset_gives_the_goal_and_an_accessibility_tree_with_the_button(session):
