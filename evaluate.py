@@ -62,18 +62,24 @@ def load_policy(path: str):
     return model, AutoTokenizer.from_pretrained(path)
 
 
+def end_of_turn_ids(model, tokenizer) -> list[int]:
+    """The ids that end a reply, by the rule training stops on (TRL's): the tokenizer's and the model's own."""
+    declared = model.generation_config.eos_token_id
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return list(dict.fromkeys([tokenizer.eos_token_id, *declared]))
+
+
 def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
     # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    eos_token_ids = end_of_turn_ids(model, tokenizer)
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        eos_token_id=eos_token_ids,
         **(sampling or {"do_sample": False}),
     )
-    return lambda contexts: sample_replies(
-        model, contexts, config, tokenizer.pad_token_id, [tokenizer.eos_token_id], temperature
-    )
+    return lambda contexts: sample_replies(model, contexts, config, tokenizer.pad_token_id, eos_token_ids, temperature)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -125,7 +131,7 @@ def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, to
     generate = model_generate(model, tokenizer, args.temperature, args.max_new_tokens)
     runner = EpisodeRunner(
         env_url, tokenizer, env.max_turns, env.max_page_chars, screenshots=args.screenshots, token=env.env_token,
-        timeout_s=env.env_timeout_s,
+        timeout_s=env.env_timeout_s, max_context_tokens=model.config.max_position_embeddings - args.max_new_tokens,
     )  # fmt: skip
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ so a trainer scores every reply against the very context it was sampled from.
 import asyncio
 import contextlib
 import copy
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,6 +24,8 @@ from actions import describe_actions, parse_action
 from env_client import BrowserGymEnv
 from env_protocol import MINIWOB_TASKS, BrowserGymAction, BrowserGymObservation
 from rewards import solved
+
+log = logging.getLogger("rollout")
 
 
 @dataclass
@@ -54,8 +57,28 @@ SYSTEM_PROMPT = (
     "where [N] is the id (bid) of an element. Reply with exactly one action.\n\n" + describe_actions()
 )
 
-# Token ids of the contexts to continue -> (sampled token ids, their log-probabilities), one per context.
-GenerateFn = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]]]]
+@dataclass
+class Reply:
+    """One sampled reply: its tokens up to and including the first end-of-turn token, their log-probabilities,
+    and whether it ended with that token rather than being cut off by the length limit."""
+
+    ids: list[int]
+    logprobs: list[float]
+    ended: bool
+
+
+# Token ids of the contexts to continue -> one sampled reply per context.
+GenerateFn = Callable[[list[list[int]]], list[Reply]]
+
+
+def until_end_of_turn(sampled: list[list[int]], logprobs: list[list[float]], eos_token_ids: list[int]) -> list[Reply]:
+    """Each sample up to and including its first end-of-turn token. `eos_token_ids` are the ids generation
+    stops on (TRL's `trainer.eos_token_ids`), so the same rule holds whichever engine sampled."""
+    replies = []
+    for ids, lps in zip(sampled, logprobs):
+        end = next((i + 1 for i, token in enumerate(ids) if token in eos_token_ids), None)
+        replies.append(Reply(ids[:end], lps[:end], ended=end is not None))
+    return replies
 
 
 class ChatTurns:
@@ -126,6 +149,7 @@ class Episode:
     actions: list[str | None] = field(default_factory=list)
     done: bool = False
     env_reward: float = 0.0
+    out_of_context: bool = False  # ended because its context left no room for another reply
     first_observation: BrowserGymObservation | None = None
     observation: BrowserGymObservation | None = None
 
@@ -150,6 +174,14 @@ class Episode:
         self.env_mask += [0] * len(ids)
         self.logprobs += [0.0] * len(ids)
 
+    def end_out_of_context(self) -> None:
+        """Ends the episode unsolved, without the environment's message that no reply will answer."""
+        while self.env_mask and self.env_mask[-1] == 0:
+            self.completion_ids.pop()
+            self.env_mask.pop()
+            self.logprobs.pop()
+        self.out_of_context = True
+
 
 class EnvironmentFailure(Exception):
     """The environment failed, not the policy: the server is gone, did not answer in time, or answered with an
@@ -161,7 +193,9 @@ class EpisodeRunner:
 
     The sessions live on one private event loop, so they persist from batch to batch. With `screenshots`,
     every observation carries the page's pixels. If the environment fails, `run` drops the sessions (the
-    next run opens new ones) and raises EnvironmentFailure.
+    next run opens new ones) and raises EnvironmentFailure. An episode whose context grows past
+    `max_context_tokens` (the model's length less one reply) ends there, unsolved, and says so in the log: the
+    engine would refuse it, and a shortened context is not what the trainer would score.
     """
 
     def __init__(
@@ -173,9 +207,11 @@ class EpisodeRunner:
         screenshots: bool = False,
         token: str | None = None,
         timeout_s: float = 120.0,
+        max_context_tokens: int | None = None,
     ):
         self.base_url = base_url
         self.max_turns = max_turns
+        self.max_context_tokens = max_context_tokens
         self.screenshots = screenshots
         self.token = token
         self.timeout_s = timeout_s
@@ -223,15 +259,14 @@ class EpisodeRunner:
             ep.prompt_ids = self.chat.first_prompt(result.observation)
 
         for turn in range(self.max_turns):
-            running = [i for i, ep in enumerate(episodes) if not ep.done]
+            running = [i for i, ep in enumerate(episodes) if not (ep.done or self._end_if_out_of_context(ep))]
             if not running:
                 break
-            reply_ids, reply_logprobs = generate([episodes[i].context() for i in running])
-            replies = self.chat.tokenizer.batch_decode(reply_ids, skip_special_tokens=True)
+            replies = generate([episodes[i].context() for i in running])
+            texts = self.chat.tokenizer.batch_decode([r.ids for r in replies], skip_special_tokens=True)
             # A reply cut off by the length limit is not acted on, even if it began with an action: otherwise
             # the policy is rewarded for never ending its replies.
-            cut_off = [not ids or ids[-1] != self.chat.tokenizer.eos_token_id for ids in reply_ids]
-            actions = [None if cut else parse_action(text) for text, cut in zip(replies, cut_off)]
+            actions = [parse_action(text) if reply.ended else None for text, reply in zip(texts, replies)]
             steps = await self._environment(
                 *(
                     clients[i].step(BrowserGymAction(action_str=action))
@@ -240,9 +275,9 @@ class EpisodeRunner:
                 )
             )
             stepped = iter(steps)
-            for i, ids, logprobs, text, action, cut in zip(running, reply_ids, reply_logprobs, replies, actions, cut_off):
+            for i, reply, text, action in zip(running, replies, texts, actions):
                 ep = episodes[i]
-                ep.add_reply(ids, logprobs)
+                ep.add_reply(reply.ids, reply.logprobs)
                 ep.replies.append(text)
                 ep.actions.append(action)
                 if action is not None:
@@ -250,9 +285,20 @@ class EpisodeRunner:
                     ep.observation, ep.done = result.observation, result.done
                     ep.env_reward = float(result.reward or 0.0)
                 if not ep.done and turn + 1 < self.max_turns:
-                    message = f"{feedback(turn, action, ep.observation, cut)}\n\n{self.chat.page(ep.observation)}"
-                    ep.add_environment(self.chat.next_turn(ids, message))
+                    outcome = feedback(turn, action, ep.observation, cut_off=not reply.ended)
+                    ep.add_environment(self.chat.next_turn(reply.ids, f"{outcome}\n\n{self.chat.page(ep.observation)}"))
         return episodes
+
+    def _end_if_out_of_context(self, episode: Episode) -> bool:
+        if self.max_context_tokens is None or len(episode.context()) <= self.max_context_tokens:
+            return False
+        log.warning(
+            "%s seed %d ends unsolved after %d turns: its context of %d tokens leaves no room for a reply "
+            "(at most %d; raise vllm_max_model_length or lower max_turns or max_page_chars)",
+            episode.task_name, episode.seed, episode.turns, len(episode.context()), self.max_context_tokens,
+        )  # fmt: skip
+        episode.end_out_of_context()
+        return True
 
     async def _sessions(self, count: int) -> list[BrowserGymEnv]:
         while len(self._clients) < count:
@@ -264,10 +310,10 @@ class EpisodeRunner:
 
 def sample_replies(
     model, contexts: list[list[int]], generation_config, pad_token_id: int, eos_token_ids: list[int], temperature: float
-) -> tuple[list[list[int]], list[list[float]]]:
-    """One batched `generate` over left-padded contexts. Returns each reply up to and including its first
-    end-of-turn token, and each sampled token's log-probability under log_softmax(logits / temperature), the
-    distribution the trainer scores (greedy decoding when temperature is 0: log-probs at temperature 1)."""
+) -> list[Reply]:
+    """One batched `generate` over left-padded contexts, with each sampled token's log-probability under
+    log_softmax(logits / temperature), the distribution the trainer scores (greedy decoding when temperature is
+    0: log-probs at temperature 1)."""
     width = max(map(len, contexts))
     input_ids = torch.tensor([[pad_token_id] * (width - len(c)) + c for c in contexts], device=model.device)
     attention_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=model.device)
@@ -278,12 +324,7 @@ def sample_replies(
     sampled = out.sequences[:, width:]
     logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
     logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
-    replies, reply_logprobs = [], []
-    for ids, lps in zip(sampled.tolist(), logprobs.tolist()):
-        end = next((i + 1 for i, t in enumerate(ids) if t in eos_token_ids), len(ids))
-        replies.append(ids[:end])
-        reply_logprobs.append(lps[:end])
-    return replies, reply_logprobs
+    return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -292,4 +333,5 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
         "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
         "episodes/turns": len(replies) / len(episodes),
         "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
+        "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
     }

@@ -4,8 +4,9 @@
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
 template and special-token ids, and a byte-level BPE vocabulary of about a thousand tokens, so every code
-path of the recipe runs on it in seconds. It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the
-hub cannot be reached. Two layers, 64 wide by default (the learning benchmark builds a 512-wide one).
+path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in for `LiquidAI/LFM2-350M`
+where the hub cannot be reached. Two layers, 64 wide by default (the learning benchmark builds a 512-wide one),
+attention heads of 64 like the real model's.
 """
 
 import argparse
@@ -30,6 +31,8 @@ SPECIAL_TOKENS = [
     "<|im_end|>",
 ]
 LFM2_CHAT_TEMPLATE = Path(trl.__file__).parent / "chat_templates" / "lfm2.jinja"
+# LFM2-350M's own head size, and one vLLM's CPU attention kernels support (they refuse 16).
+HEAD_SIZE = 64
 
 
 def tokenizer_corpus() -> list[str]:
@@ -56,15 +59,19 @@ def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
 
 def build_model(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0) -> Lfm2ForCausalLM:
     torch.manual_seed(seed)
+    heads = max(1, hidden_size // HEAD_SIZE)
     config = Lfm2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=2 * hidden_size,
         block_auto_adjust_ff_dim=False,
+        # vLLM reads the widths of LFM2's blocks and convolutions from these (the real config has both).
+        block_dim=hidden_size,
+        conv_dim=hidden_size,
         num_hidden_layers=2,
         layer_types=["conv", "full_attention"],
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=8192,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,

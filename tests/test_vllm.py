@@ -1,0 +1,260 @@
+"""The recipe's GPU shape, run here: TRL's GRPOTrainer with colocated vLLM generation, a real vLLM engine (its CPU
+build) and the real environment server. Everything TRL does with the engine is TRL's own code; the one
+difference from a GPU is that vLLM's CPU build keeps its weights as loaded (train.keep_vllm_cpu_weights_as_loaded).
+
+The engine runs the tiny fp32 model in bf16 (vLLM's "auto" dtype downcasts fp32 checkpoints, and TRL does not
+pass one), as the real recipe's engine runs bf16 against fp32 master weights. So its log-probabilities of sampled
+tokens differ from the trainer's by bf16 rounding: measured here at most 0.009 (0.001 to 0.002 on average), and
+the tolerance is 0.05, against more than 0.1 that each optimizer step moves them and up to 5 that an unsynced
+LoRA adapter leaves.
+"""
+
+import logging
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+from vllm import SamplingParams
+
+import train
+from helpers import parse_config
+from rollout import EpisodeRunner, Reply
+from scripted_policy import plan
+from tiny_lfm2 import build_tiny_lfm2
+from warm_up import first_pages, warm_up
+
+BF16_TOLERANCE = 0.05  # per-token log-probability, engine (bf16) against trainer (fp32); see above
+VLLM = ("--use_vllm", "true", "--vllm_on_cpu", "true", "--vllm_mode", "colocate")
+
+
+@pytest.fixture(autouse=True)
+def small_cpu_kv_cache(monkeypatch):
+    """vLLM's CPU engine sizes its KV cache as a share of the machine's memory (5 GiB of 17 here) less what the
+    process already holds, which leaves nothing for a second engine in the same test process; 1 GiB is plenty."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@pytest.fixture(scope="module")
+def half_right_model(tmp_path_factory, env_server):
+    """A tiny LFM2 that clicks click-test's button about half the time and a wrong element otherwise, so that
+    GRPO's groups disagree and every optimizer step moves the weights."""
+    base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
+    replies = lambda plan: [plan.right[0], plan.wrong[0]]  # noqa: E731
+    return warm_up(str(base), tmp_path_factory.mktemp("half-right"), env_server.url, "click-test", replies, 60, 4, 3e-3)
+
+
+def vllm_trainer(model, env_server, tokenizer, output_dir, *overrides):
+    env_args, rollout_args, training_args, model_args = parse_config(
+        "configs/smoke.yaml", *VLLM,
+        *("--model_name_or_path", model, "--env_url", env_server.url, "--output_dir", str(output_dir)),
+        *("--num_generations", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", *overrides),
+    )  # fmt: skip
+    runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
+    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, lambda: None)
+    return trainer, runner
+
+
+def recorded_generation(monkeypatch) -> list[list[Reply]]:
+    """What vLLM returned to the episodes, call by call, as train.py's generation passes it on."""
+    calls = []
+
+    def make(trainer):
+        generate = original(trainer)
+
+        def recorded(contexts):
+            calls.append(generate(contexts))
+            return calls[-1]
+
+        return recorded
+
+    original = train.vllm_generate
+    monkeypatch.setattr(train, "vllm_generate", make)
+    return calls
+
+
+def engine_logprobs(trainer, ids: list[int]) -> torch.Tensor:
+    """The engine's log-probability of each token of `ids` after the first."""
+    (out,) = trainer.vllm_generation.llm.generate(
+        [{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0), use_tqdm=False
+    )
+    return torch.tensor([position[token].logprob for position, token in zip(out.prompt_logprobs[1:], ids[1:])])
+
+
+def trainer_logprobs(trainer, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        logits = trainer.model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
+
+
+def make_lora_adapter_nonzero(trainer) -> None:
+    """An adapter as after some updates: a fresh one (B = 0) changes nothing, and would hide a missing sync."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.3)
+
+
+def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
+    runs = []
+    for token, bit in zip(ids, mask):
+        if runs and runs[-1][0] == bit:
+            runs[-1][1].append(token)
+        else:
+            runs.append((bit, [token]))
+    return runs
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
+def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they_were_sampled_from(
+    half_right_model, env_server, tokenizer, tmp_path, monkeypatch, lora
+):
+    calls = recorded_generation(monkeypatch)
+    trainer, runner = vllm_trainer(
+        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--per_device_train_batch_size", "2",
+        *(["--use_peft"] if lora else []),
+    )  # fmt: skip
+    try:
+        if lora:
+            make_lora_adapter_nonzero(trainer)  # the first rollout syncs it, merged, into the engine
+        trainer.model.train()
+        out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
+    finally:
+        runner.close()
+
+    runs = {}
+    for row in range(2):
+        length = int(out["completion_mask"][row].sum())
+        runs[row] = segments(out["completion_ids"][row, :length].tolist(), out["tool_mask"][row, :length].tolist())
+        assert [bit for bit, _ in runs[row]] == [1, 0] * (len(runs[row]) // 2) + [1]
+    # env_mask is 1 on exactly the tokens vLLM sampled, turn by turn, and 0 on the environment's messages.
+    replies = {row: [tokens for bit, tokens in row_runs if bit == 1] for row, row_runs in runs.items()}
+    for row, turns in replies.items():
+        for turn, tokens in enumerate(turns):
+            position = sum(len(replies[earlier]) > turn for earlier in range(row))  # among episodes still running
+            assert tokens == calls[turn][position].ids
+    for reply in (reply for call in calls for reply in call):
+        assert reply.ended == (reply.ids[-1] in trainer.eos_token_ids)  # vLLM returns the end-of-turn token
+
+    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad():
+        recomputed = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
+        )[0]
+    policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
+    difference = (recomputed[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs()
+    assert difference.max() < BF16_TOLERANCE, difference.max()
+    if lora:  # the adapter is in the engine too, not only in the trainer
+        with torch.no_grad(), trainer.model.disable_adapter():
+            base = trainer._get_per_token_logps_and_entropies(
+                trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
+            )[0]
+        assert (base[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs().max() > 10 * BF16_TOLERANCE
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
+def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
+    half_right_model, env_server, tokenizer, tmp_path, monkeypatch, lora
+):
+    # A fixed first page and its right reply; both sides score the reply's tokens at every rollout.
+    (page,) = first_pages(env_server.url, tokenizer, "click-test", range(1))
+    reply = tokenizer.encode(plan("click-test", "", page.observation.axtree_txt).right[0], add_special_tokens=False)
+    sequence, scored = page.prompt_ids + reply + [tokenizer.eos_token_id], len(reply) + 1
+    engine, trainer_side = [], []
+
+    def comparing(make_generate):
+        def make(trainer):
+            # By the time train.py asks for a generator, TRL has synced the weights of the last optimizer step.
+            engine.append(engine_logprobs(trainer, sequence)[-scored:])
+            trainer_side.append(trainer_logprobs(trainer, sequence)[-scored:])
+            return make_generate(trainer)
+
+        return make
+
+    monkeypatch.setattr(train, "vllm_generate", comparing(train.vllm_generate))
+    # Two groups of four episodes a step: with a policy right half the time, some group disagrees nearly always.
+    trainer, runner = vllm_trainer(
+        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "1", "--max_steps", "3",
+        "--num_generations", "4", "--per_device_train_batch_size", "8", "--learning_rate", "1e-2",
+        "--lr_scheduler_type", "constant", *(["--use_peft"] if lora else []),
+    )  # fmt: skip
+    try:
+        trainer.train()
+    finally:
+        runner.close()
+
+    assert len(engine) == 3  # rollouts before step 1 and after steps 1 and 2
+    for step, (sampled, trained) in enumerate(zip(engine, trainer_side)):
+        assert (sampled - trained).abs().max() < BF16_TOLERANCE, (step, (sampled - trained).abs().max())
+    moves = [(after - before).abs().max() for before, after in zip(trainer_side, trainer_side[1:])]
+    # Each step moved the trainer's log-probabilities past twice the tolerance: an engine that missed any step's
+    # sync would have failed above.
+    assert min(moves) > 2 * BF16_TOLERANCE, moves
+
+
+def test_a_reply_cut_off_by_the_length_limit_is_never_acted_on(half_right_model, env_server, tokenizer, tmp_path):
+    # Room for the right action, click('13'), but not for the end-of-turn token after it: vLLM stops every reply
+    # at the limit, and the right action, written in full, must still not be taken.
+    right = tokenizer.encode("click('13')", add_special_tokens=False)
+    trainer, runner = vllm_trainer(
+        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "2", "--max_completion_length", str(len(right))
+    )
+    try:
+        episodes = runner.run([("click-test", 0)] * 4, train.vllm_generate(trainer))
+    finally:
+        runner.close()
+    replies = [tokens for episode in episodes for tokens in reply_tokens(episode)]
+    assert right in replies  # the policy wrote the right action at least once...
+    assert all(len(tokens) == len(right) and not set(tokens) & set(trainer.eos_token_ids) for tokens in replies)
+    for episode in episodes:  # ...and no action was taken
+        assert episode.actions == [None, None] and not episode.done and not episode.solved
+        assert "Your reply was cut off before it ended" in tokenizer.decode(episode.completion_ids)
+
+
+def test_replies_end_on_every_token_trl_stops_on_not_only_the_tokenizers_eos(
+    half_right_model, env_server, tokenizer, tmp_path, monkeypatch
+):
+    # A model that declares a second end-of-turn id, the first token of "click" (which every reply of this
+    # model starts with): vLLM and TRL both stop on it, and so must the rule for cut-off replies.
+    model = AutoModelForCausalLM.from_pretrained(half_right_model)
+    click = tokenizer.encode("click", add_special_tokens=False)[0]
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, click]
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    calls = recorded_generation(monkeypatch)
+    trainer, runner = vllm_trainer(str(tmp_path / "model"), env_server, tokenizer, tmp_path / "run", "--max_turns", "2")
+    try:
+        assert trainer.eos_token_ids == [tokenizer.eos_token_id, click]
+        episodes = runner.run([("click-test", 0)] * 4, train.vllm_generate(trainer))
+    finally:
+        runner.close()
+    replies = [reply for call in calls for reply in call]
+    assert replies and all(reply.ids == [click] and reply.ended for reply in replies)
+    assert all(episode.turns == 2 and "no valid action" in tokenizer.decode(episode.completion_ids) for episode in episodes)
+
+
+def test_an_episode_that_outgrows_the_engines_length_ends_unsolved_and_the_run_goes_on(
+    half_right_model, env_server, tokenizer, tmp_path, caplog
+):
+    # Room for the first page and a reply, not for a second page: every episode that does not solve the task at
+    # once ends at its second turn, unsolved, instead of the engine refusing the whole batch.
+    first_prompt = len(first_pages(env_server.url, tokenizer, "click-test", range(1))[0].prompt_ids)
+    trainer, runner = vllm_trainer(
+        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--max_steps", "2",
+        "--vllm_max_model_length", str(first_prompt + 40),
+    )  # fmt: skip
+    try:
+        with caplog.at_level(logging.WARNING, logger="rollout"):
+            trainer.train()
+    finally:
+        runner.close()
+    assert runner.max_context_tokens == first_prompt + 40 - trainer.max_completion_length
+    assert "ends unsolved after 1 turns: its context of" in caplog.text
+    logged = [entry for entry in trainer.state.log_history if "episodes/out_of_context_share" in entry]
+    assert len(logged) == 2 and all(entry["episodes/out_of_context_share"] > 0 for entry in logged)
+    assert all(entry["episodes/success_rate"] == entry["reward"] for entry in logged)
+
+
+def reply_tokens(episode) -> list[list[int]]:
+    return [tokens for bit, tokens in segments(episode.completion_ids, episode.env_mask) if bit == 1]
