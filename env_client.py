@@ -1,5 +1,6 @@
 """The client side of the environment: OpenEnv's WebSocket client for env_server.py (and for OpenEnv's public
-BrowserGym environment), and env_server.py as a child process for runs that start their own server."""
+BrowserGym environment), env_server.py as a child process for runs that start their own servers, and the pool of
+servers a run spreads its sessions over."""
 
 import contextlib
 import logging
@@ -8,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +21,8 @@ from openenv.core.env_client import EnvClient
 from env_protocol import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
+
+REMOTE_RECOVERY_WAIT_S = 30.0  # how long a run waits for a server it did not start to answer again
 
 
 class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
@@ -113,15 +117,74 @@ class LocalEnvServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"the environment server exited with status {self._process.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.25)
+            if healthy(self.url):
+                return
+            time.sleep(0.25)
         raise TimeoutError(f"the environment server was not healthy after {self.startup_timeout_s:.0f}s")
+
+
+def healthy(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether a server's GET /health answers."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s):
+            return True
+    except OSError:
+        return False
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class ServerPool:
+    """The environment servers a run spreads its sessions over, and which of them are up.
+
+    `servers` are URLs, or servers this run started (anything with `url` and `restart()`, like LocalEnvServer).
+    A server that fails is taken out of the rotation: the runner plays its batch again on the others. One this
+    run started is restarted in the background; any server rejoins once its /health answers.
+    """
+
+    def __init__(self, servers: list, recovery_wait_s: float | None = None):
+        self.servers = list(servers)
+        self.recovery_wait_s = REMOTE_RECOVERY_WAIT_S if recovery_wait_s is None else recovery_wait_s
+        self._out: dict[int, threading.Thread | None] = {}  # the servers out of the rotation, and their restarts
+
+    @classmethod
+    def of(cls, env_url: str) -> "ServerPool":
+        """The servers of an `env_url`: one URL, or several separated by commas."""
+        return cls([url.strip() for url in env_url.split(",") if url.strip()])
+
+    @property
+    def urls(self) -> list[str]:
+        return [server if isinstance(server, str) else server.url for server in self.servers]
+
+    def up(self) -> list[str]:
+        """The servers in the rotation; one that was out comes back once its restart is over and it answers."""
+        urls = self.urls
+        for index, restart in list(self._out.items()):
+            if (restart is None or not restart.is_alive()) and healthy(urls[index]):
+                del self._out[index]
+                log.info("environment server %s answers again: back in the rotation", urls[index])
+        return [url for index, url in enumerate(urls) if index not in self._out]
+
+    def take_out(self, url: str) -> None:
+        if url not in self.urls:  # already replaced by a restart
+            return
+        index = self.urls.index(url)
+        if index in self._out:
+            return
+        server = self.servers[index]
+        restart = None
+        if not isinstance(server, str):
+            restart = threading.Thread(target=server.restart, name=f"restart {url}", daemon=True)
+            restart.start()
+        self._out[index] = restart
+        log.warning("environment server %s failed: out of the rotation%s", url, " while it restarts" if restart else "")
+
+    def wait_for_one(self) -> None:
+        """Waits, at most recovery_wait_s, for a server to be up."""
+        deadline = time.monotonic() + self.recovery_wait_s
+        while not self.up() and time.monotonic() < deadline:
+            time.sleep(0.5)

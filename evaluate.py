@@ -24,7 +24,7 @@ from PIL import Image
 from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
 
-from env_client import LocalEnvServer
+from env_client import LocalEnvServer, ServerPool
 from metrics import setup_logging
 from rollout import EnvArguments, Episode, EpisodeRunner, GenerateFn, episode_metrics, sample_replies
 
@@ -130,7 +130,7 @@ def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
 def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, tokenizer) -> list[Episode]:
     generate = model_generate(model, tokenizer, args.temperature, args.max_new_tokens)
     runner = EpisodeRunner(
-        env_url, tokenizer, env.max_turns, env.max_page_chars, screenshots=args.screenshots, token=env.env_token,
+        ServerPool.of(env_url), tokenizer, env.max_turns, env.max_page_chars, screenshots=args.screenshots, token=env.env_token,
         timeout_s=env.env_timeout_s, max_context_tokens=model.config.max_position_embeddings - args.max_new_tokens,
     )  # fmt: skip
     output_dir = Path(args.output_dir)

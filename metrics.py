@@ -19,19 +19,30 @@ def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
 
 
+def with_training_time(logs: dict) -> dict:
+    """The logged metrics, with the step's training time: TRL's step_time less the rollout's generation and
+    environment time (TRL times the whole step, its rollout included)."""
+    if not {"step_time", "time/generation_s", "time/environment_s"} <= logs.keys():
+        return logs
+    return logs | {"time/training_s": logs["step_time"] - logs["time/generation_s"] - logs["time/environment_s"]}
+
+
 class StepPrinter(TrainerCallback):
-    """One line per logged step, with the numbers worth watching."""
+    """One line per logged step, with the numbers worth watching, and where the step's time went."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "reward" not in logs:
             return
+        logs = with_training_time(logs)
         log.info(
             "step %d/%d | success %.1f%% | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
-            " | entropy %.3f | lr %.2e | %.1f episodes/s",
+            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs",
             state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")),
             logs["reward"], logs.get("reward_std", 0.0), logs.get("episodes/turns", float("nan")),
             100 * logs.get("episodes/unparsed_share", float("nan")), logs.get("loss", float("nan")),
             logs.get("entropy", float("nan")), logs.get("learning_rate", 0.0), logs.get("episodes/per_second", 0.0),
+            logs.get("time/generation_s", float("nan")), logs.get("time/environment_s", float("nan")),
+            logs.get("time/training_s", float("nan")),
         )  # fmt: skip
 
 
@@ -43,7 +54,7 @@ class MetricsLog(TrainerCallback):
         if state.is_world_process_zero and logs:
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             with open(Path(args.output_dir) / METRICS_FILE, "a") as f:
-                f.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+                f.write(json.dumps({"step": state.global_step, **with_training_time(logs)}) + "\n")
 
     def on_train_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero and (Path(args.output_dir) / METRICS_FILE).exists():

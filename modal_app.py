@@ -5,8 +5,10 @@
     modal run modal_app.py --run-name lfm2-350m-click-test-20261122-101500   # resume that run
 
 The YAML is read here, on your machine, and shipped with the call, so the file you edited is what runs;
-its `modal_*` keys choose the GPU, timeout, retries and secrets. The environment server runs inside the
-same container unless the config sets `env_url`. Each run writes to its own directory in the
+its `modal_*` keys choose the GPU, timeout, retries and secrets, and how many environment servers to start.
+Those run apart from the GPU, each in a CPU container of its own (a Modal sandbox, started with OpenEnv's
+ModalProvider from this project's Dockerfile), reached over an encrypted tunnel with a token made for the run;
+a config with `env_url` uses those servers instead. Each run writes to its own directory in the
 `browser-rl-checkpoints` volume, committed at every checkpoint; when Modal retries a failed or preempted
 attempt, the retry resumes from the latest checkpoint there, with the global step, optimizer, scheduler
 and RNG state restored.
@@ -14,31 +16,40 @@ and RNG state restored.
 
 import datetime
 import os
+import secrets
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import modal
 import yaml
+from openenv.core.containers.runtime.modal_provider import ModalProvider
 from transformers import TrainerCallback
 
 import train
+from env_client import ServerPool
+from env_protocol import TOKEN_VARIABLE
 from metrics import setup_logging
 
 PROJECT_DIR = Path(__file__).parent
-# train.py and what it imports, and env_server.py, which a run without env_url starts as a process.
+# train.py and what it imports; and env_server.py, the context (with actions.py and env_protocol.py) from which
+# the Dockerfile builds the environment servers' image.
 LOCAL_MODULES = ("train", "rollout", "metrics", "rewards", "env_client", "env_protocol", "actions", "env_server")
+DOCKERFILE = "Dockerfile"
+SANDBOX_START_TIMEOUT_S = 600  # a sandbox's first start builds the image: minutes
 CHECKPOINT_VOLUME = "browser-rl-checkpoints"
 # Where the checkpoint volume is mounted; another directory only for running the body locally.
 CHECKPOINTS_DIR = Path(os.environ.get("BROWSER_RL_CHECKPOINTS", "/checkpoints"))
 HF_CACHE_DIR = "/root/.cache/huggingface"
 
 image = (
-    modal.Image.debian_slim(python_version="3.11")
-    .apt_install("chromium", "fonts-liberation")  # Playwright's own build would need its own system libraries
+    modal.Image.debian_slim(python_version="3.11")  # no browser: the environment servers run elsewhere
     .pip_install_from_pyproject(str(PROJECT_DIR / "pyproject.toml"), optional_dependencies=["gpu"])
     .env({"HF_HOME": HF_CACHE_DIR, "TRL_EXPERIMENTAL_SILENCE": "1"})
     .add_local_python_source(*LOCAL_MODULES)
+    .add_local_file(PROJECT_DIR / DOCKERFILE, f"/root/{DOCKERFILE}")
 )
 hf_cache = modal.Volume.from_name("browser-rl-hf-cache", create_if_missing=True)
 checkpoints = modal.Volume.from_name(CHECKPOINT_VOLUME, create_if_missing=True)
@@ -55,6 +66,17 @@ class ModalArguments:
     modal_secrets: list[str] = field(
         default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
     )
+    modal_env_servers: int = field(
+        default=2, metadata={"help": "environment servers, each in a CPU container of its own (without env_url)"}
+    )
+    # An episode costs the environment 0.3-0.5 CPU-seconds (bench/env_throughput.py): 4 cores keep about ten
+    # episodes a second going, a batch of 16 a turn in under two seconds.
+    modal_env_cpu: float = field(default=4.0, metadata={"help": "CPU cores each environment server may use"})
+    modal_env_memory_mb: int = field(default=4096, metadata={"help": "memory each environment server may use"})
+
+    def __post_init__(self):
+        if self.modal_env_servers < 1:
+            raise ValueError(f"modal_env_servers must be at least 1, got {self.modal_env_servers}")
 
 
 def function_options(settings: ModalArguments) -> dict:
@@ -68,6 +90,47 @@ def function_options(settings: ModalArguments) -> dict:
 
 
 DEFAULT_OPTIONS = function_options(ModalArguments())
+
+
+class EnvServerSandbox:
+    """env_server.py in a Modal sandbox of its own, through OpenEnv's ModalProvider: a CPU container built from
+    the Dockerfile, on an https tunnel, refusing clients without the run's token. A restart replaces the sandbox,
+    and with it the URL; ServerPool follows."""
+
+    def __init__(self, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
+        self.provider = ModalProvider(
+            app_name=app.name,
+            # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
+            timeout=int(settings.modal_timeout_hours * 3600),
+            cmd=f"python env_server.py --host 0.0.0.0 --port 8000 --max-sessions {max_sessions}",
+            cpu=settings.modal_env_cpu,
+            memory=settings.modal_env_memory_mb,
+            env_vars={TOKEN_VARIABLE: token},
+            _adapter=adapter,  # tests stand in for Modal's SDK here
+        )
+        self.url: str | None = None
+
+    def start(self) -> None:
+        image = ModalProvider.image_from_dockerfile(str(PROJECT_DIR / DOCKERFILE), context_dir=str(PROJECT_DIR))
+        self.url = self.provider.start_container(image)
+        self.provider.wait_for_ready(self.url, timeout_s=SANDBOX_START_TIMEOUT_S)
+
+    def restart(self) -> None:
+        self.provider.stop_container()
+        self.start()
+
+    def stop(self) -> None:
+        self.provider.stop_container()
+
+
+def start_env_servers(stack: ExitStack, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
+    """settings.modal_env_servers environment servers, started side by side, stopped when `stack` closes."""
+    servers = [EnvServerSandbox(settings, max_sessions, token, adapter) for _ in range(settings.modal_env_servers)]
+    for server in servers:
+        stack.callback(server.stop)
+    with ThreadPoolExecutor(max_workers=len(servers)) as starting:
+        list(starting.map(EnvServerSandbox.start, servers))
+    return ServerPool(servers, recovery_wait_s=SANDBOX_START_TIMEOUT_S)
 
 
 class CommitCheckpoints(TrainerCallback):
@@ -84,15 +147,23 @@ class CommitCheckpoints(TrainerCallback):
     volumes={HF_CACHE_DIR: hf_cache, str(CHECKPOINTS_DIR): checkpoints},
 )
 def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
-    """Trains `config_yaml` into the run's directory; a retry resumes from its last checkpoint (train.main does)."""
+    """Trains `config_yaml` into the run's directory; a retry resumes from its last checkpoint (train.main does).
+    Run locally (.local()), it starts its environment servers as local processes, as train.py does."""
     setup_logging()
     run_dir = CHECKPOINTS_DIR / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
-    callbacks = [] if modal.is_local() else [CommitCheckpoints()]
-    train.main(*train.parse_args(args), callbacks)
+    env_args, rollout_args, training_args, model_args, settings = train.parse_args(args, launcher=ModalArguments)
+    with ExitStack() as stack:
+        servers, callbacks = None, []
+        if not modal.is_local():
+            callbacks = [CommitCheckpoints()]
+            if env_args.env_url is None:
+                env_args.env_token = secrets.token_hex(16)
+                servers = start_env_servers(stack, settings, training_args.generation_batch_size, env_args.env_token)
+        train.main(env_args, rollout_args, training_args, model_args, callbacks, servers)
     if not modal.is_local():
         checkpoints.commit()
     return run_name

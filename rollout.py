@@ -1,8 +1,8 @@
 """The agent loop: how a language model plays MiniWoB episodes, and the token stream GRPO trains on.
 
 One episode: reset, then up to `max_turns` turns of observe -> prompt -> generate -> parse action -> step.
-A batch of episodes runs concurrently, one server session each, and each turn's generation is one batched
-call over the episodes still running.
+A batch of episodes runs concurrently, one server session each, and each episode advances on its own: when its
+browser answers, its next context joins the next batched generation while the others are still in their browsers.
 
 An episode is kept as one token sequence, exactly as the policy saw and wrote it: the first prompt, then
 for each turn the sampled reply followed by the environment's next message, rendered with the chat
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,7 +22,7 @@ import torch
 from websockets.exceptions import ConnectionClosed
 
 from actions import describe_actions, parse_action
-from env_client import BrowserGymEnv
+from env_client import BrowserGymEnv, ServerPool
 from env_protocol import MINIWOB_TASKS, BrowserGymAction, BrowserGymObservation
 from rewards import solved
 
@@ -184,23 +185,90 @@ class Episode:
 
 
 class EnvironmentFailure(Exception):
-    """The environment failed, not the policy: the server is gone, did not answer in time, or answered with an
+    """The environment failed, not the policy: a server is gone, did not answer in time, or answered with an
     error. The batch's episodes are incomplete and must not be scored."""
+
+    def __init__(self, message: str, server: str | None = None):
+        super().__init__(message)
+        self.server = server
+
+
+class ReplyBatcher:
+    """Gathers the contexts of the episodes waiting for a reply into batches, one `generate` call at a time.
+
+    In lock step a batch waits for every running episode, so each turn's generation waits for the slowest browser
+    of the turn before. Otherwise a batch goes as soon as every running episode waits, or `wait_s` after its first
+    context, whichever comes first: an episode whose browser answered early joins the next generation while others
+    are still in their browsers. Either way a batch's contexts are in episode order, and generation runs on a
+    worker thread, so that the browsers' answers keep coming in meanwhile.
+    """
+
+    def __init__(self, generate: GenerateFn, episodes: int, wait_s: float | None, executor: ThreadPoolExecutor):
+        self.generate = generate
+        self.running = episodes
+        self.wait_s = wait_s  # None: lock step
+        self.executor = executor
+        self.waiting: dict[int, tuple[list[int], asyncio.Future]] = {}
+        self._changed = asyncio.Event()
+
+    async def reply(self, episode: int, context: list[int]) -> Reply:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[episode] = (context, future)
+        self._changed.set()
+        return await future
+
+    def finished(self) -> None:
+        self.running -= 1
+        self._changed.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.running:
+            await self._batch_ready()
+            batch, self.waiting = sorted(self.waiting.items()), {}
+            if not batch:
+                continue
+            work = loop.run_in_executor(self.executor, self.generate, [context for _, (context, _) in batch])
+            try:
+                replies = await asyncio.shield(work)
+            except asyncio.CancelledError:
+                await asyncio.wait([work])  # the episodes failed: let the generation in flight end first
+                raise
+            for (_, (_, future)), reply in zip(batch, replies, strict=True):
+                future.set_result(reply)
+
+    async def _batch_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = None
+        while self.running and len(self.waiting) < self.running:
+            timeout = None
+            if self.waiting and self.wait_s is not None:
+                deadline = deadline or loop.time() + self.wait_s
+                timeout = deadline - loop.time()
+                if timeout <= 0:
+                    return
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                return
 
 
 class EpisodeRunner:
-    """Runs batches of episodes against one environment server, keeping a WebSocket session per slot.
+    """Runs batches of episodes on a pool of environment servers, keeping a WebSocket session per slot, spread
+    over the servers up by how many sessions each holds.
 
-    The sessions live on one private event loop, so they persist from batch to batch. With `screenshots`,
-    every observation carries the page's pixels. If the environment fails, `run` drops the sessions (the
-    next run opens new ones) and raises EnvironmentFailure. An episode whose context grows past
-    `max_context_tokens` (the model's length less one reply) ends there, unsolved, and says so in the log: the
-    engine would refuse it, and a shortened context is not what the trainer would score.
+    Each episode advances on its own (see ReplyBatcher; `lockstep` makes every turn wait for the whole batch).
+    The sessions live on one private event loop, so they persist from batch to batch. With `screenshots`, every
+    observation carries the page's pixels. If a server fails, `run` drops the sessions (the next run opens new
+    ones), takes the server out of the pool's rotation and raises EnvironmentFailure. An episode whose context
+    grows past `max_context_tokens` (the model's length less one reply) ends there, unsolved, and says so in the
+    log: the engine would refuse it, and a shortened context is not what the trainer would score.
     """
 
     def __init__(
         self,
-        base_url: str,
+        servers: ServerPool,
         tokenizer,
         max_turns: int = 10,
         max_page_chars: int = 2000,
@@ -208,86 +276,97 @@ class EpisodeRunner:
         token: str | None = None,
         timeout_s: float = 120.0,
         max_context_tokens: int | None = None,
+        lockstep: bool = False,
+        batch_wait_s: float = 0.05,
     ):
-        self.base_url = base_url
+        self.servers = servers
         self.max_turns = max_turns
         self.max_context_tokens = max_context_tokens
         self.screenshots = screenshots
         self.token = token
         self.timeout_s = timeout_s
+        self.batch_wait_s = None if lockstep else batch_wait_s
         self.chat = ChatTurns(tokenizer, max_page_chars)
         self._loop = asyncio.new_event_loop()
-        self._clients: list[BrowserGymEnv] = []
+        self._generator = ThreadPoolExecutor(max_workers=1, thread_name_prefix="generate")
+        self._sessions: list[tuple[BrowserGymEnv, str]] = []  # each session's client and server
 
     def run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
         """Plays one episode per (task_name, seed) and returns them in the same order."""
         try:
             return self._loop.run_until_complete(self._run(specs, generate))
-        except EnvironmentFailure:
+        except EnvironmentFailure as failure:
             self._loop.run_until_complete(self._drop_sessions())
+            if failure.server is not None:
+                self.servers.take_out(failure.server)
             raise
+
+    def sessions_per_server(self) -> dict[str, int]:
+        return {url: sum(server == url for _, server in self._sessions) for url in self.servers.urls}
 
     def close(self) -> None:
         self._loop.run_until_complete(self._drop_sessions())
         self._loop.close()
+        self._generator.shutdown()
 
     async def _drop_sessions(self) -> None:
-        clients, self._clients = self._clients, []
+        sessions, self._sessions = self._sessions, []
 
         async def drop(client: BrowserGymEnv) -> None:
             with contextlib.suppress(Exception):  # a dead or hung server cannot answer; the socket closes anyway
                 await asyncio.wait_for(client.close(), timeout=10)
 
-        await asyncio.gather(*(drop(client) for client in clients))
+        await asyncio.gather(*(drop(client) for client, _ in sessions))
 
-    async def _environment(self, *calls):
-        """Awaits calls to the server together; any failure of theirs is the environment's."""
+    async def _environment(self, call, server: str):
+        """Awaits a call to a server; any failure of it is the environment's."""
         try:
-            return await asyncio.gather(*calls)
+            return await call
         except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
-            raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip()) from e
+            raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip(), server) from e
 
     async def _run(self, specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
-        clients = await self._sessions(len(specs))
+        sessions = await self._open_sessions(len(specs))
         episodes = [Episode(task_name, seed) for task_name, seed in specs]
-        options = {"screenshot": True} if self.screenshots else {}
-        results = await self._environment(
-            *(client.reset(task_name=ep.task_name, seed=ep.seed, **options) for client, ep in zip(clients, episodes))
-        )
-        for ep, result in zip(episodes, results):
-            ep.first_observation = ep.observation = result.observation
-            ep.prompt_ids = self.chat.first_prompt(result.observation)
-
-        for turn in range(self.max_turns):
-            running = [i for i, ep in enumerate(episodes) if not (ep.done or self._end_if_out_of_context(ep))]
-            if not running:
-                break
-            replies = generate([episodes[i].context() for i in running])
-            texts = self.chat.tokenizer.batch_decode([r.ids for r in replies], skip_special_tokens=True)
-            # A reply cut off by the length limit is not acted on, even if it began with an action: otherwise
-            # the policy is rewarded for never ending its replies.
-            actions = [parse_action(text) if reply.ended else None for text, reply in zip(texts, replies)]
-            steps = await self._environment(
-                *(
-                    clients[i].step(BrowserGymAction(action_str=action))
-                    for i, action in zip(running, actions)
-                    if action is not None
-                )
-            )
-            stepped = iter(steps)
-            for i, reply, text, action in zip(running, replies, texts, actions):
-                ep = episodes[i]
-                ep.add_reply(reply.ids, reply.logprobs)
-                ep.replies.append(text)
-                ep.actions.append(action)
-                if action is not None:
-                    result = next(stepped)
-                    ep.observation, ep.done = result.observation, result.done
-                    ep.env_reward = float(result.reward or 0.0)
-                if not ep.done and turn + 1 < self.max_turns:
-                    outcome = feedback(turn, action, ep.observation, cut_off=not reply.ended)
-                    ep.add_environment(self.chat.next_turn(reply.ids, f"{outcome}\n\n{self.chat.page(ep.observation)}"))
+        batcher = ReplyBatcher(generate, len(episodes), self.batch_wait_s, self._generator)
+        try:
+            async with asyncio.TaskGroup() as episodes_in_flight:
+                episodes_in_flight.create_task(batcher.run())
+                for index, (session, episode) in enumerate(zip(sessions, episodes)):
+                    episodes_in_flight.create_task(self._play(index, episode, *session, batcher))
+        except* EnvironmentFailure as failures:
+            raise failures.exceptions[0] from None
         return episodes
+
+    async def _play(self, index: int, episode: Episode, client: BrowserGymEnv, server: str, batcher) -> None:
+        try:
+            options = {"screenshot": True} if self.screenshots else {}
+            reset = client.reset(task_name=episode.task_name, seed=episode.seed, **options)
+            episode.first_observation = episode.observation = (await self._environment(reset, server)).observation
+            episode.prompt_ids = self.chat.first_prompt(episode.observation)
+            for turn in range(self.max_turns):
+                if episode.done or self._end_if_out_of_context(episode):
+                    break
+                reply = await batcher.reply(index, episode.context())
+                await self._take_turn(episode, turn, reply, client, server)
+        finally:
+            batcher.finished()
+
+    async def _take_turn(self, episode: Episode, turn: int, reply: Reply, client: BrowserGymEnv, server: str) -> None:
+        text = self.chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
+        # A reply cut off by the length limit is not acted on, even if it began with an action: otherwise the policy
+        # is rewarded for never ending its replies.
+        action = parse_action(text) if reply.ended else None
+        episode.add_reply(reply.ids, reply.logprobs)
+        episode.replies.append(text)
+        episode.actions.append(action)
+        if action is not None:
+            result = await self._environment(client.step(BrowserGymAction(action_str=action)), server)
+            episode.observation, episode.done = result.observation, result.done
+            episode.env_reward = float(result.reward or 0.0)
+        if not episode.done and turn + 1 < self.max_turns:
+            outcome = feedback(turn, action, episode.observation, cut_off=not reply.ended)
+            episode.add_environment(self.chat.next_turn(reply.ids, f"{outcome}\n\n{self.chat.page(episode.observation)}"))
 
     def _end_if_out_of_context(self, episode: Episode) -> bool:
         if self.max_context_tokens is None or len(episode.context()) <= self.max_context_tokens:
@@ -300,12 +379,20 @@ class EpisodeRunner:
         episode.end_out_of_context()
         return True
 
-    async def _sessions(self, count: int) -> list[BrowserGymEnv]:
-        while len(self._clients) < count:
-            client = BrowserGymEnv(self.base_url, token=self.token, message_timeout_s=self.timeout_s)
-            await self._environment(client.connect())
-            self._clients.append(client)
-        return self._clients[:count]
+    async def _open_sessions(self, count: int) -> list[tuple[BrowserGymEnv, str]]:
+        """`count` sessions, opening what is missing on the servers up (all of them if none answers) that hold
+        the fewest sessions."""
+        if len(self._sessions) >= count:
+            return self._sessions[:count]
+        up = self.servers.up() or self.servers.urls
+        while len(self._sessions) < count:
+            server = min(up, key=lambda url: sum(url == held for _, held in self._sessions))
+            client = BrowserGymEnv(server, token=self.token, message_timeout_s=self.timeout_s)
+            await self._environment(client.connect(), server)
+            self._sessions.append((client, server))
+        spread = ", ".join(f"{url} x{n}" for url, n in self.sessions_per_server().items() if n)
+        log.info("%d sessions on %d of %d environment servers: %s", count, len(up), len(self.servers.urls), spread)
+        return self._sessions[:count]
 
 
 def sample_replies(

@@ -14,14 +14,14 @@ file wires them into TRL's GRPOTrainer.
 
 import contextlib
 import difflib
-import functools
 import itertools
 import logging
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 import yaml
@@ -30,7 +30,7 @@ from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 from trl.models import unwrap_model_for_generation
 
-from env_client import LocalEnvServer
+from env_client import LocalEnvServer, ServerPool
 from metrics import MetricsLog, StepPrinter, setup_logging
 from rewards import task_success
 from rollout import (
@@ -47,16 +47,20 @@ from rollout import (
 
 log = logging.getLogger("train")
 
-REMOTE_RECOVERY_WAIT_S = 30.0  # after a failure of a server that train.py did not start
 # Config keys of the cloud launcher (modal_app.py parses and checks them); train.py itself leaves them alone.
 LAUNCHER_KEY_PREFIX = "modal_"
 
 
 @dataclass
 class RolloutArguments:
-    """Which task instances train.py's rollouts play, and how it recovers when the environment fails."""
+    """Which task instances train.py's rollouts play, on how many local servers, and how it recovers when the
+    environment fails."""
 
     num_task_seeds: int = field(default=1000, metadata={"help": "distinct task instances (seeds) to train on"})
+    env_servers: int = field(
+        default=0,
+        metadata={"help": "env_server.py processes to start when env_url is unset; 0: one per 4 CPU cores"},
+    )
     max_env_failures: int = field(
         default=3, metadata={"help": "environment failures in a row before the run stops (each re-runs the step)"}
     )
@@ -64,8 +68,13 @@ class RolloutArguments:
     def __post_init__(self):
         if self.num_task_seeds <= 0:
             raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
+        if self.env_servers < 0:
+            raise ValueError(f"env_servers must be 0 (one per 4 cores) or more, got {self.env_servers}")
         if self.max_env_failures < 0:
             raise ValueError(f"max_env_failures must be 0 or more, got {self.max_env_failures}")
+        # A server's own Python is about a quarter of an episode's CPU and runs on one core (one interpreter lock);
+        # the browsers take the rest. One server per 4 cores keeps no interpreter the bottleneck.
+        self.env_servers = self.env_servers or max(1, (os.cpu_count() or 1) // 4)
 
 
 @dataclass
@@ -143,15 +152,28 @@ def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
     return generate
 
 
+def timed(generate: GenerateFn) -> tuple[GenerateFn, list[float]]:
+    """`generate`, and the list of the seconds each of its calls took."""
+    seconds = []
+
+    def timed_generate(contexts: list[list[int]]) -> list[Reply]:
+        start = time.perf_counter()
+        replies = generate(contexts)
+        seconds.append(time.perf_counter() - start)
+        return replies
+
+    return timed_generate, seconds
+
+
 class EnvironmentUnavailable(Exception):
     """The environment failed max_env_failures times in a row."""
 
 
-def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, recover: Callable[[], None], max_env_failures: int):
+def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, max_env_failures: int):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out.
 
-    When the environment fails mid-rollout, `recover` restarts or waits for it and the whole batch runs again:
-    an episode the environment cut short says nothing about the policy, so it is never scored.
+    When a server fails mid-rollout, the whole batch runs again on the servers still up (or, with none up, once
+    one is back): an episode the environment cut short says nothing about the policy, so it is never scored.
     """
     task_of_prompt = {row["prompt"]: (row["task_name"], row["seed"]) for row in dataset}
 
@@ -162,17 +184,26 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, recover: Callable
             except EnvironmentFailure as error:
                 if failure > max_env_failures:
                     raise EnvironmentUnavailable(f"the environment failed {failure}x in a row, last with {error}") from error
+                up = runner.servers.up()
                 log.warning(
-                    "environment failure %d of at most %d (%s): recovering, then running the batch's %d episodes again",
+                    "environment failure %d of at most %d (%s): running the batch's %d episodes again on %s",
                     failure, max_env_failures, error, len(specs),
+                    f"the {len(up)} server(s) still up" if up else "the servers once one answers",
                 )  # fmt: skip
-                recover()
+                if not up:
+                    runner.servers.wait_for_one()
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
-        generate = vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer)
+        generate, generating = timed(vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer))
         start = time.perf_counter()
         episodes = run_episodes([task_of_prompt[p] for p in prompts], generate)
-        metrics = episode_metrics(episodes) | {"episodes/per_second": len(episodes) / (time.perf_counter() - start)}
+        seconds = time.perf_counter() - start
+        metrics = episode_metrics(episodes) | {
+            "episodes/per_second": len(episodes) / seconds,
+            # Generation and the browsers overlap; the environment's share is the time no generation was running.
+            "time/generation_s": sum(generating),
+            "time/environment_s": seconds - sum(generating),
+        }
         # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
         # these reach metrics.jsonl, the step line and any configured tracker alike.
         for name, value in metrics.items():
@@ -196,7 +227,6 @@ def build_trainer(
     model_args: ModelConfig,
     tokenizer,
     runner: EpisodeRunner,
-    recover: Callable[[], None],
     callbacks: list[TrainerCallback] = (),
 ) -> GRPOTrainer:
     peft_config = get_peft_config(model_args)
@@ -213,7 +243,7 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        rollout_func=make_rollout_func(runner, dataset, recover, rollout_args.max_env_failures),
+        rollout_func=make_rollout_func(runner, dataset, rollout_args.max_env_failures),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
@@ -229,6 +259,17 @@ def longest_context(trainer: GRPOTrainer) -> int:
     else:
         max_length = trainer.model.config.max_position_embeddings
     return max_length - trainer.max_completion_length
+
+
+def start_local_servers(stack: contextlib.ExitStack, count: int, task: str, batch_size: int) -> ServerPool:
+    """`count` env_server.py processes, started side by side, stopped when `stack` closes. Each can hold the whole
+    batch, so that the others can take over a failed one's sessions."""
+    servers = [LocalEnvServer(task, max_sessions=batch_size) for _ in range(count)]
+    for server in servers:
+        stack.callback(server.stop)
+    with ThreadPoolExecutor(max_workers=count) as starting:
+        list(starting.map(LocalEnvServer.start, servers))
+    return ServerPool(servers, recovery_wait_s=servers[0].startup_timeout_s)
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
@@ -286,24 +327,23 @@ def main(
     training_args: RecipeConfig,
     model_args: ModelConfig,
     callbacks: list[TrainerCallback] = (),
+    servers: ServerPool | None = None,
 ) -> None:
+    """Trains; on `servers` when given (modal_app.py's), else on env_url's, else on env_server.py processes it starts."""
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     with contextlib.ExitStack() as stack:
-        server = None
-        if env_args.env_url is None:
-            server = LocalEnvServer(env_args.task_name, max_sessions=training_args.generation_batch_size)
-            stack.enter_context(server)
+        if servers is None and env_args.env_url is not None:
+            servers = ServerPool.of(env_args.env_url)
+        elif servers is None:
+            servers = start_local_servers(
+                stack, rollout_args.env_servers, env_args.task_name, training_args.generation_batch_size
+            )
         runner = EpisodeRunner(
-            env_args.env_url or server.url, tokenizer, env_args.max_turns, env_args.max_page_chars,
-            token=env_args.env_token, timeout_s=env_args.env_timeout_s,
+            servers, tokenizer, env_args.max_turns, env_args.max_page_chars, token=env_args.env_token,
+            timeout_s=env_args.env_timeout_s,
         )  # fmt: skip
         stack.callback(runner.close)
-        # A local server is restarted; a remote one (a container, a hosted space) is given time to come back.
-        recover = server.restart if server else functools.partial(time.sleep, REMOTE_RECOVERY_WAIT_S)
-
-        trainer = build_trainer(
-            env_args, rollout_args, training_args, model_args, tokenizer, runner, recover, callbacks
-        )
+        trainer = build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(

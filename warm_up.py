@@ -13,13 +13,14 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from env_client import ServerPool
 from rollout import Episode, EpisodeRunner
 from scripted_policy import Plan, plan
 
 
 def first_pages(env_url: str, tokenizer, task: str, seeds: range) -> list[Episode]:
     """Episodes that have only begun: their first observation and first prompt."""
-    runner = EpisodeRunner(env_url, tokenizer, max_turns=0)
+    runner = EpisodeRunner(ServerPool.of(env_url), tokenizer, max_turns=0)
     try:
         return runner.run([(task, seed) for seed in seeds], generate=None)
     finally:

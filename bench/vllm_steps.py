@@ -26,7 +26,7 @@ import torch
 from transformers import AutoTokenizer
 
 import train
-from env_client import LocalEnvServer
+from env_client import LocalEnvServer, ServerPool
 from metrics import setup_logging
 from rollout import EpisodeRunner
 from tiny_lfm2 import build_tiny_lfm2
@@ -47,8 +47,8 @@ def run(model: str, env_url: str, output_dir: Path, args, vllm: bool) -> tuple[l
         ["--config", str(ROOT / "configs/smoke.yaml"), *overrides]
     )
     tokenizer = AutoTokenizer.from_pretrained(model)
-    runner = EpisodeRunner(env_url, tokenizer, env_args.max_turns, env_args.max_page_chars)
-    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, lambda: None)
+    runner = EpisodeRunner(ServerPool.of(env_url), tokenizer, env_args.max_turns, env_args.max_page_chars)
+    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
     scored = []
     generate_and_score = trainer._generate_and_score_completions
 

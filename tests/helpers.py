@@ -6,6 +6,8 @@ from pathlib import Path
 
 import psutil
 
+import train
+from rollout import Reply
 from scripted_policy import plan
 from train import parse_args
 
@@ -101,3 +103,47 @@ def wait_for(condition, timeout_s: float = 30.0) -> bool:
             return False
         time.sleep(0.25)
     return True
+
+
+def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
+    """Runs of equal mask value: [(mask value, token ids), ...]."""
+    runs = []
+    for token, bit in zip(ids, mask):
+        if runs and runs[-1][0] == bit:
+            runs[-1][1].append(token)
+        else:
+            runs.append((bit, [token]))
+    return runs
+
+
+def recorded_generation(monkeypatch, name: str) -> list[tuple[list[int], Reply]]:
+    """Every (context, reply) that train.py's generation `name` ("transformers_generate" or "vllm_generate")
+    sampled from here on, whatever batches they came in."""
+    sampled, original = [], getattr(train, name)
+
+    def make(trainer):
+        generate = original(trainer)
+
+        def recorded(contexts):
+            replies = generate(contexts)
+            sampled.extend(zip(contexts, replies))
+            return replies
+
+        return recorded
+
+    monkeypatch.setattr(train, name, make)
+    return sampled
+
+
+def policy_turns(out: dict, row: int) -> list[tuple[list[int], list[int]]]:
+    """Each run of tokens that env_mask marks as the policy's in a row of the trainer's batch, with the context
+    that precedes it: the row's prompt and its completion up to there."""
+    prompt = out["prompt_ids"][row][out["prompt_mask"][row].bool()].tolist()
+    length = int(out["completion_mask"][row].sum())
+    ids, mask = out["completion_ids"][row, :length].tolist(), out["tool_mask"][row, :length].tolist()
+    turns, position = [], 0
+    for bit, tokens in segments(ids, mask):
+        if bit == 1:
+            turns.append((prompt + ids[:position], tokens))
+        position += len(tokens)
+    return turns

@@ -9,11 +9,16 @@ import sys
 import time
 import tomllib
 
+import types
+from contextlib import ExitStack
+
 import modal
 import pytest
+import requests
 
 import modal_app
 import train
+from env_protocol import TOKEN_VARIABLE
 from helpers import ROOT, local_modules, third_party_distributions
 
 
@@ -145,3 +150,95 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
     assert extra_args == ["--use_peft"]
     assert calls["options"]["gpu"] == "L4" and calls["options"]["retries"].max_retries == 3
     assert f"modal volume get browser-rl-checkpoints {run_name} ./{run_name}" in capsys.readouterr().out
+
+
+class FakeModalSDK:
+    """Stands in for Modal's SDK under OpenEnv's ModalProvider (the adapter it talks to): sandboxes need an account."""
+
+    def __init__(self):
+        self.sandboxes, self.commands, self.terminated = [], [], []
+
+    def image_from_dockerfile(self, dockerfile_path, context_dir):
+        return ("dockerfile", dockerfile_path, context_dir)
+
+    def create_sandbox(self, *, image, encrypted_ports, timeout, env, extra):
+        self.sandboxes.append({"image": image, "ports": encrypted_ports, "timeout": timeout, "env": env, **extra})
+        return len(self.sandboxes) - 1
+
+    def exec(self, sandbox, command, timeout=10):
+        self.commands.append((sandbox, command))
+        return "RUNNING"
+
+    def tunnel_url(self, sandbox, port):
+        return f"https://sandbox-{sandbox}.modal.run"
+
+    def terminate(self, sandbox):
+        self.terminated.append(sandbox)
+
+
+@pytest.fixture
+def health_checks(monkeypatch):
+    """The URLs whose /health was asked (each answers 200), in order."""
+    asked = []
+
+    def get(url, timeout):
+        asked.append(url)
+        return types.SimpleNamespace(status_code=200)
+
+    monkeypatch.setattr(requests, "get", get)
+    return asked
+
+
+def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the_runs_token(health_checks):
+    settings = modal_app.ModalArguments(modal_env_servers=3, modal_env_cpu=6.0, modal_env_memory_mb=8192)
+    sdk = FakeModalSDK()
+    with ExitStack() as stack:
+        pool = modal_app.start_env_servers(stack, settings, max_sessions=16, token="t0ken", adapter=sdk)
+        assert sorted(pool.urls) == [f"https://sandbox-{i}.modal.run" for i in range(3)]
+        assert sorted(health_checks) == sorted(f"{url}/health" for url in pool.urls)  # each waited for
+        assert sdk.terminated == []
+    assert sorted(sdk.terminated) == [0, 1, 2]  # all stopped with the run
+    for sandbox in sdk.sandboxes:
+        assert sandbox["image"] == ("dockerfile", str(ROOT / "Dockerfile"), str(ROOT))
+        assert sandbox["env"] == {TOKEN_VARIABLE: "t0ken"}
+        assert sandbox["ports"] == [8000] and sandbox["timeout"] == 6 * 3600
+        assert sandbox["cpu"][1] == 6.0 and sandbox["memory"][1] == 8192  # the limits; Modal's small requests
+    started = [command for _, command in sdk.commands if "env_server.py" in command]
+    assert len(started) == 3
+    assert all("python env_server.py --host 0.0.0.0 --port 8000 --max-sessions 16" in c for c in started)
+
+
+def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(health_checks, monkeypatch):
+    monkeypatch.setattr("env_client.healthy", lambda url: True)
+    sdk = FakeModalSDK()
+    with ExitStack() as stack:
+        pool = modal_app.start_env_servers(stack, modal_app.ModalArguments(), 16, "t0ken", adapter=sdk)
+        first, second = pool.urls
+        pool.take_out(second)
+        pool.wait_for_one()
+        deadline = time.monotonic() + 10
+        while len(pool.up()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.up() == [first, "https://sandbox-2.modal.run"]
+        assert sdk.terminated == [int(re.search(r"sandbox-(\d)", second).group(1))]
+
+
+def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_path, health_checks):
+    sdk, trained = FakeModalSDK(), {}
+    start_env_servers = modal_app.start_env_servers
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
+    monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
+    monkeypatch.setattr(modal_app, "start_env_servers", lambda *args: start_env_servers(*args, adapter=sdk))
+
+    def main(env_args, rollout_args, training_args, model_args, callbacks, servers):
+        trained.update(token=env_args.env_token, urls=servers.urls, callbacks=callbacks)
+        trained["batch"] = training_args.generation_batch_size
+
+    monkeypatch.setattr(train, "main", main)
+    modal_app.train_remote.local((ROOT / "config.yaml").read_text(), "run-c", [])
+    assert sorted(trained["urls"]) == ["https://sandbox-0.modal.run", "https://sandbox-1.modal.run"]  # modal_env_servers: 2
+    assert len(trained["token"]) == 32 and all(s["env"] == {TOKEN_VARIABLE: trained["token"]} for s in sdk.sandboxes)
+    assert f"--max-sessions {trained['batch']}" in sdk.commands[0][1]
+    assert [type(c) for c in trained["callbacks"]] == [modal_app.CommitCheckpoints]
+    assert sorted(sdk.terminated) == [0, 1]  # stopped when training ended

@@ -11,6 +11,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
+import env_client
 import env_server
 import train
 from env_client import free_port
@@ -54,9 +55,38 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 
 
+def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path):
+    run = subprocess.Popen(
+        train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10", "--env_servers", "3",
+                      "--per_device_train_batch_size", "6"),
+        cwd=ROOT, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log, servers, killed = [], {}, None
+    for line in run.stderr:
+        log.append(line)
+        if match := re.search(r"local environment server at (\S+) \(pid (\d+)\)", line):
+            servers.setdefault(match.group(1), int(match.group(2)))
+        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting
+            killed = list(servers)[1]
+            os.killpg(servers[killed], signal.SIGKILL)
+    run.wait(timeout=60)
+    log = "".join(log)
+    assert run.returncode == 0, log[-3000:]
+    assert len(servers) == 3 and killed is not None
+    assert f"environment server {killed} failed: out of the rotation while it restarts" in log
+    assert "running the batch's 6 episodes again on the 2 server(s) still up" in log
+    steps = [row for row in read_metrics(tmp_path / METRICS_FILE) if "reward" in row]
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert [s["reward"] for s in steps] == [1.0] * 4  # no episode cut short by the lost server was scored
+    # Sessions spread by load: two on each server, then three on each of the two still up.
+    spreads = [(up, sorted(spread.split(", "))) for up, spread in re.findall(r"6 sessions on (\d) of 3 environment servers: (.*)", log)]
+    assert spreads[0] == ("3", sorted(f"{url} x2" for url in servers))
+    assert spreads[-1] == ("2", sorted(f"{url} x3" for url in servers if url != killed))
+
+
 def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp_path, monkeypatch):
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    monkeypatch.setattr(train, "REMOTE_RECOVERY_WAIT_S", 0.1)
+    monkeypatch.setattr(env_client, "REMOTE_RECOVERY_WAIT_S", 0.1)
     args = parse_config("configs/smoke.yaml", "--model_name_or_path", tiny_model, "--env_url", dead,
                         "--output_dir", str(tmp_path), "--max_env_failures", "2", *FAST)  # fmt: skip
     with pytest.raises(train.EnvironmentUnavailable, match=r"failed 3x in a row, last with ConnectionError"):

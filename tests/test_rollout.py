@@ -4,19 +4,10 @@ import pytest
 import torch
 
 import train
-from helpers import click_the_button, parse_config
+from env_client import ServerPool
+from helpers import click_the_button, parse_config, policy_turns, recorded_generation, segments
 from rollout import EpisodeRunner, Reply
-
-
-def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
-    """Runs of equal mask value: [(mask value, token ids), ...]."""
-    runs = []
-    for token, bit in zip(ids, mask):
-        if runs and runs[-1][0] == bit:
-            runs[-1][1].append(token)
-        else:
-            runs.append((bit, [token]))
-    return runs
+from scripted_policy import plan
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
@@ -39,7 +30,7 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
             replies.append(Reply(ids, [-1.0] * len(ids), ended))
         return replies
 
-    runner = EpisodeRunner(env_server.url, tokenizer, max_turns=3)
+    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, max_turns=3, lockstep=True)
     try:
         episodes = runner.run([("click-test", 5)] * 4, scripted_policy)
     finally:
@@ -84,27 +75,10 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
         *("--max_turns", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
         *(["--use_peft"] if lora else []),
     )
-    replies = []  # what the real generation returned, turn by turn
-
-    def recording(make_generate):
-        def make(trainer):
-            generate = make_generate(trainer)
-
-            def recorded(contexts):
-                sampled = generate(contexts)
-                replies.append([reply.ids for reply in sampled])
-                return sampled
-
-            return recorded
-
-        return make
-
-    monkeypatch.setattr(train, "transformers_generate", recording(train.transformers_generate))
-    runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
+    sampled = recorded_generation(monkeypatch, "transformers_generate")
+    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
     try:
-        trainer = train.build_trainer(
-            env_args, rollout_args, training_args, model_args, tokenizer, runner, recover=lambda: None
-        )
+        trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
         if lora:  # an adapter as after some updates: a fresh one (B = 0) changes nothing
             torch.manual_seed(0)
             with torch.no_grad():
@@ -117,22 +91,19 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     finally:
         runner.close()
 
-    completion_mask, env_mask = out["completion_mask"], out["tool_mask"]
-    for row in range(2):
-        length = int(completion_mask[row].sum())
-        ids, mask = out["completion_ids"][row, :length].tolist(), env_mask[row, :length].tolist()
-        runs = segments(ids, mask)
-        # A random tiny model never solves click-test: every episode plays all 3 turns.
-        assert [ids for bit, ids in runs if bit == 1] == [turn[row] for turn in replies]
-        assert [bit for bit, _ in runs] == [1, 0, 1, 0, 1]
+    # env_mask marks exactly the sampled replies, each after the very context it was sampled from.
+    turns = [turn for row in range(2) for turn in policy_turns(out, row)]
+    assert sorted(turns) == sorted((context, reply.ids) for context, reply in sampled)
+    # A random tiny model never solves click-test: every episode plays all 3 turns.
+    assert len(turns) == 6
 
     input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attention_mask = torch.cat([out["prompt_mask"], completion_mask], dim=1)
+    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
     with torch.no_grad():
         recomputed = trainer._get_per_token_logps_and_entropies(
             trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
         )[0]
-    policy_tokens = (completion_mask * env_mask).bool()
+    policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
     torch.testing.assert_close(recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0)
     if lora:
         with torch.no_grad(), trainer.model.disable_adapter():
@@ -140,3 +111,34 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
                 trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
             )[0]
         assert (base[policy_tokens] - recomputed[policy_tokens]).abs().max() > 0.1  # the adapter is in both
+
+
+def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_server, tokenizer):
+    # A policy whose reply depends on the context alone: login-user's scripted plan, with a 300 ms wait first in
+    # every other episode, so that in those turns the others' browsers answer long before theirs.
+    def policy(contexts: list[list[int]]) -> list[Reply]:
+        calls.append(len(contexts))
+        replies = []
+        for context in contexts:
+            text = tokenizer.decode(context)
+            goal, page = text.split("Goal: ")[1].split("\n\nPage:\n")[0], text[text.index("RootWebArea") :]
+            turn = text.count("<|im_start|>assistant") - 1
+            steps = (["noop(300)"] if len(goal) % 2 else []) + plan("login-user", goal, page).right
+            ids = tokenizer.encode(steps[min(turn, len(steps) - 1)], add_special_tokens=False) + [tokenizer.eos_token_id]
+            replies.append(Reply(ids, [-1.0] * len(ids), ended=True))
+        return replies
+
+    runs = {}
+    for lockstep in (True, False):
+        calls = []
+        runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, max_turns=5, lockstep=lockstep)
+        try:
+            episodes = runner.run([("login-user", seed) for seed in range(6)], policy)
+        finally:
+            runner.close()
+        runs[lockstep] = calls, [(e.prompt_ids, e.completion_ids, e.env_mask, e.actions, e.done, e.env_reward) for e in episodes]
+
+    (lockstep_calls, lockstep_episodes), (free_calls, free_episodes) = runs[True], runs[False]
+    assert free_episodes == lockstep_episodes  # token for token, mask for mask, reward for reward
+    assert all(done and reward == 1.0 for *_, done, reward in lockstep_episodes)
+    assert len(lockstep_calls) == 4 < len(free_calls)  # one batch a turn, or batches of whoever was ready

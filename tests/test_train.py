@@ -46,6 +46,9 @@ def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, en
     for m in steps:
         assert {"episodes/success_rate", "episodes/turns", "episodes/unparsed_share", "entropy", "loss"} <= m.keys()
         assert m["episodes/success_rate"] == m["reward"]  # the reward is task success
+        # The step's time, split: each part positive, together the step TRL timed.
+        split = [m["time/generation_s"], m["time/environment_s"], m["time/training_s"]]
+        assert all(seconds > 0 for seconds in split) and math.isclose(sum(split), m["step_time"], rel_tol=1e-6)
     assert Image.open(tmp_path / CURVE_FILE).width > 300
     for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
         model = AutoModelForCausalLM.from_pretrained(path)

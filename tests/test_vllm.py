@@ -17,8 +17,9 @@ from transformers import AutoModelForCausalLM
 from vllm import SamplingParams
 
 import train
-from helpers import parse_config
-from rollout import EpisodeRunner, Reply
+from env_client import ServerPool
+from helpers import parse_config, policy_turns, recorded_generation, segments
+from rollout import EpisodeRunner
 from scripted_policy import plan
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import first_pages, warm_up
@@ -49,27 +50,9 @@ def vllm_trainer(model, env_server, tokenizer, output_dir, *overrides):
         *("--model_name_or_path", model, "--env_url", env_server.url, "--output_dir", str(output_dir)),
         *("--num_generations", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", *overrides),
     )  # fmt: skip
-    runner = EpisodeRunner(env_server.url, tokenizer, env_args.max_turns, env_args.max_page_chars)
-    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, lambda: None)
+    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
+    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
     return trainer, runner
-
-
-def recorded_generation(monkeypatch) -> list[list[Reply]]:
-    """What vLLM returned to the episodes, call by call, as train.py's generation passes it on."""
-    calls = []
-
-    def make(trainer):
-        generate = original(trainer)
-
-        def recorded(contexts):
-            calls.append(generate(contexts))
-            return calls[-1]
-
-        return recorded
-
-    original = train.vllm_generate
-    monkeypatch.setattr(train, "vllm_generate", make)
-    return calls
 
 
 def engine_logprobs(trainer, ids: list[int]) -> torch.Tensor:
@@ -95,21 +78,11 @@ def make_lora_adapter_nonzero(trainer) -> None:
                 param.normal_(0, 0.3)
 
 
-def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
-    runs = []
-    for token, bit in zip(ids, mask):
-        if runs and runs[-1][0] == bit:
-            runs[-1][1].append(token)
-        else:
-            runs.append((bit, [token]))
-    return runs
-
-
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
 def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they_were_sampled_from(
     half_right_model, env_server, tokenizer, tmp_path, monkeypatch, lora
 ):
-    calls = recorded_generation(monkeypatch)
+    sampled = recorded_generation(monkeypatch, "vllm_generate")
     trainer, runner = vllm_trainer(
         half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--per_device_train_batch_size", "2",
         *(["--use_peft"] if lora else []),
@@ -122,18 +95,10 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
     finally:
         runner.close()
 
-    runs = {}
-    for row in range(2):
-        length = int(out["completion_mask"][row].sum())
-        runs[row] = segments(out["completion_ids"][row, :length].tolist(), out["tool_mask"][row, :length].tolist())
-        assert [bit for bit, _ in runs[row]] == [1, 0] * (len(runs[row]) // 2) + [1]
-    # env_mask is 1 on exactly the tokens vLLM sampled, turn by turn, and 0 on the environment's messages.
-    replies = {row: [tokens for bit, tokens in row_runs if bit == 1] for row, row_runs in runs.items()}
-    for row, turns in replies.items():
-        for turn, tokens in enumerate(turns):
-            position = sum(len(replies[earlier]) > turn for earlier in range(row))  # among episodes still running
-            assert tokens == calls[turn][position].ids
-    for reply in (reply for call in calls for reply in call):
+    # env_mask is 1 on exactly the tokens vLLM sampled, each run after the very context it was sampled from.
+    turns = [turn for row in range(2) for turn in policy_turns(out, row)]
+    assert sorted(turns) == sorted((context, reply.ids) for context, reply in sampled)
+    for _, reply in sampled:
         assert reply.ended == (reply.ids[-1] in trainer.eos_token_ids)  # vLLM returns the end-of-turn token
 
     input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
@@ -222,15 +187,14 @@ def test_replies_end_on_every_token_trl_stops_on_not_only_the_tokenizers_eos(
     model.generation_config.eos_token_id = [tokenizer.eos_token_id, click]
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    calls = recorded_generation(monkeypatch)
+    sampled = recorded_generation(monkeypatch, "vllm_generate")
     trainer, runner = vllm_trainer(str(tmp_path / "model"), env_server, tokenizer, tmp_path / "run", "--max_turns", "2")
     try:
         assert trainer.eos_token_ids == [tokenizer.eos_token_id, click]
         episodes = runner.run([("click-test", 0)] * 4, train.vllm_generate(trainer))
     finally:
         runner.close()
-    replies = [reply for call in calls for reply in call]
-    assert replies and all(reply.ids == [click] and reply.ended for reply in replies)
+    assert sampled and all(reply.ids == [click] and reply.ended for _, reply in sampled)
     assert all(episode.turns == 2 and "no valid action" in tokenizer.decode(episode.completion_ids) for episode in episodes)
 
 
