@@ -27,6 +27,20 @@ def with_training_time(logs: dict) -> dict:
     return logs | {"time/training_s": logs["step_time"] - logs["time/generation_s"] - logs["time/environment_s"]}
 
 
+def task_success(row: dict) -> dict[str, float]:
+    """{task: success rate} of a logged step's tasks."""
+    return {key.split("/")[1]: value for key, value in row.items() if key.startswith("tasks/") and key.endswith("/success_rate")}
+
+
+def weakest_task(logs: dict) -> str:
+    """ (weakest TASK RATE%) when the step played several tasks, else nothing."""
+    success = task_success(logs)
+    if len(success) < 2:
+        return ""
+    task = min(success, key=success.get)
+    return f" (weakest {task} {100 * success[task]:.0f}%)"
+
+
 class StepPrinter(TrainerCallback):
     """One line per logged step, with the numbers worth watching, and where the step's time went."""
 
@@ -35,9 +49,9 @@ class StepPrinter(TrainerCallback):
             return
         logs = with_training_time(logs)
         log.info(
-            "step %d/%d | success %.1f%% | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
+            "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
             " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs",
-            state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")),
+            state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")), weakest_task(logs),
             logs["reward"], logs.get("reward_std", 0.0), logs.get("episodes/turns", float("nan")),
             100 * logs.get("episodes/unparsed_share", float("nan")), logs.get("loss", float("nan")),
             logs.get("entropy", float("nan")), logs.get("learning_rate", 0.0), logs.get("episodes/per_second", 0.0),
@@ -91,9 +105,14 @@ def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
     top.plot(steps, success, ".", alpha=0.4, label="per step")
     top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
+    tasks = sorted({task for s in steps for task in task_success(rows[s])})
+    for task in tasks if len(tasks) > 1 else []:  # one line per task, each a moving average over its own steps
+        played = [s for s in steps if task in task_success(rows[s])]
+        top.plot(played, moving_average([rows[s][f"tasks/{task}/success_rate"] for s in played], window), "-",
+                 lw=1, label=task)  # fmt: skip
     top.set_ylabel("success rate (training episodes)")
     top.set_ylim(-0.05, 1.05)
-    top.legend(loc="lower right")
+    top.legend(loc="lower right", fontsize="small")
     bottom.plot(steps, [rows[s]["episodes/turns"] for s in steps], "-")
     bottom.set_ylabel("turns per episode")
     bottom.set_xlabel("GRPO step")

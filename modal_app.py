@@ -36,7 +36,7 @@ from metrics import setup_logging
 PROJECT_DIR = Path(__file__).parent
 # train.py and what it imports; and env_server.py, the context (with actions.py and env_protocol.py) from which
 # the Dockerfile builds the environment servers' image.
-LOCAL_MODULES = ("train", "rollout", "metrics", "rewards", "env_client", "env_protocol", "actions", "env_server")
+LOCAL_MODULES = ("train", "rollout", "tasks", "metrics", "rewards", "env_client", "env_protocol", "actions", "env_server")
 DOCKERFILE = "Dockerfile"
 SANDBOX_START_TIMEOUT_S = 600  # a sandbox's first start builds the image: minutes
 CHECKPOINT_VOLUME = "browser-rl-checkpoints"

@@ -25,6 +25,7 @@ from actions import describe_actions, parse_action
 from env_client import BrowserGymEnv, ServerPool
 from env_protocol import MINIWOB_TASKS, BrowserGymAction, BrowserGymObservation
 from rewards import solved
+from tasks import parse_tasks
 
 log = logging.getLogger("rollout")
 
@@ -35,6 +36,10 @@ class EnvArguments:
     evaluate.py."""
 
     task_name: str = field(default="click-test", metadata={"help": "MiniWoB task, e.g. click-test, enter-text"})
+    tasks: list[str] = field(
+        default_factory=list,
+        metadata={"help": "several tasks: names, name:weight, or presets (page-reading, all); empty: task_name"},
+    )
     env_url: str | None = field(
         default=None, metadata={"help": "URL of an OpenEnv BrowserGym server; unset starts env_server.py locally"}
     )
@@ -48,9 +53,15 @@ class EnvArguments:
     def __post_init__(self):
         if self.task_name not in MINIWOB_TASKS:
             raise ValueError(f"task_name: unknown MiniWoB task {self.task_name!r}")
+        self.task_weights()  # a mistake in the list fails here
         for name in ("max_turns", "max_page_chars", "env_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+    def task_weights(self) -> dict[str, float]:
+        """{task: relative weight} of the tasks to play: `tasks`, or `task_name` alone."""
+        return parse_tasks(self.tasks or [self.task_name])
 
 
 SYSTEM_PROMPT = (
@@ -416,9 +427,10 @@ def sample_replies(
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     replies = [action for e in episodes for action in e.actions]
+    by_task = {task: [e for e in episodes if e.task_name == task] for task in dict.fromkeys(e.task_name for e in episodes)}
     return {
         "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
         "episodes/turns": len(replies) / len(episodes),
         "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
         "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
-    }
+    } | {f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task) for task, of_task in by_task.items()}

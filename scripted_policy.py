@@ -52,7 +52,35 @@ def login_user(goal: str, page: str) -> Plan:
     )
 
 
-PLANS = {"click-test": click_test, "click-button": click_button, "enter-text": enter_text, "login-user": login_user}
+def click_tab(goal: str, page: str) -> Plan:
+    (target,) = re.findall(r"Tab #\d+", goal)
+    right, wrong = bids(page, "tab", target)[0], next(b for b in bids(page, "tab") if b not in bids(page, "tab", target))
+    return Plan(right=[f"click('{right}')"], wrong=[f"click('{wrong}')"])
+
+
+def click_option(goal: str, page: str) -> Plan:
+    (option,) = re.findall(r"Select (.*) and click Submit", goal)
+    right, wrong = bids(page, "radio", option)[0], next(b for b in bids(page, "radio") if b not in bids(page, "radio", option))
+    submit = bids(page, "button", "Submit")[0]
+    return Plan(right=[f"click('{right}')", f"click('{submit}')"], wrong=[f"click('{wrong}')", f"focus('{submit}')"])
+
+
+def focus_text_2(goal: str, page: str) -> Plan:
+    (nth,) = re.findall(r"(\d+)(?:st|nd|rd|th) input", goal)
+    boxes = bids(page, "textbox")
+    right = boxes[int(nth) - 1]
+    return Plan(right=[f"focus('{right}')"], wrong=[f"focus('{next(b for b in boxes if b != right)}')"])
+
+
+PLANS = {
+    "click-test": click_test,
+    "click-button": click_button,
+    "click-tab": click_tab,
+    "click-option": click_option,
+    "focus-text-2": focus_text_2,
+    "enter-text": enter_text,
+    "login-user": login_user,
+}
 
 
 def plan(task: str, goal: str, page: str) -> Plan:

@@ -44,6 +44,7 @@ from rollout import (
     sample_replies,
     until_end_of_turn,
 )
+from tasks import TaskSampler
 
 log = logging.getLogger("train")
 
@@ -56,7 +57,10 @@ class RolloutArguments:
     """Which task instances train.py's rollouts play, on how many local servers, and how it recovers when the
     environment fails."""
 
-    num_task_seeds: int = field(default=1000, metadata={"help": "distinct task instances (seeds) to train on"})
+    num_task_seeds: int = field(default=1000, metadata={"help": "distinct seeds to train on, for each task"})
+    curriculum: bool = field(
+        default=False, metadata={"help": "draw tasks by p(1-p) of their running success, not by weight alone"}
+    )
     env_servers: int = field(
         default=0,
         metadata={"help": "env_server.py processes to start when env_url is unset; 0: one per 4 CPU cores"},
@@ -111,17 +115,12 @@ def keep_vllm_cpu_weights_as_loaded() -> None:
     utils.dispatch_cpu_unquantized_gemm = as_loaded
 
 
-def task_dataset(task_name: str, num_seeds: int) -> Dataset:
-    """One row per task instance. GRPO compares the episodes of one row, so they all replay the same seed;
-    the prompt is only the row's name, because the real prompt is the page the episode starts on."""
+def seed_dataset(num_seeds: int) -> Dataset:
+    """One row per seed. GRPO compares the episodes of one row, so they all replay one task instance: the seed,
+    and the task the sampler draws for the row when its batch is played. The prompt is only the row's name,
+    because the real prompt is the page the episode starts on."""
     seeds = range(num_seeds)
-    return Dataset.from_dict(
-        {
-            "prompt": [f"{task_name} seed {seed}" for seed in seeds],
-            "task_name": [task_name] * num_seeds,
-            "seed": list(seeds),
-        }
-    )
+    return Dataset.from_dict({"prompt": [f"seed {seed}" for seed in seeds], "seed": list(seeds)})
 
 
 def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
@@ -169,13 +168,29 @@ class EnvironmentUnavailable(Exception):
     """The environment failed max_env_failures times in a row."""
 
 
-def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, max_env_failures: int):
+def task_instances(prompts: list[str], seed_of_prompt: dict[str, int], sampler: TaskSampler) -> list[tuple[str, int]]:
+    """(task, seed) for each prompt: a task drawn for each group (the repeats of one prompt), its row's seed."""
+    task_of_group = {}
+    for prompt in prompts:
+        task_of_group.setdefault(prompt, sampler.draw())
+    return [(task_of_group[prompt], seed_of_prompt[prompt]) for prompt in prompts]
+
+
+def same_reward_share(prompts: list[str], episodes: list[Episode]) -> float:
+    """The share of groups whose episodes all got the same reward, from which GRPO learns nothing."""
+    rewards_of_group = {}
+    for prompt, episode in zip(prompts, episodes, strict=True):
+        rewards_of_group.setdefault(prompt, set()).add(episode.solved)
+    return sum(len(rewards) == 1 for rewards in rewards_of_group.values()) / len(rewards_of_group)
+
+
+def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSampler, max_env_failures: int):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out.
 
     When a server fails mid-rollout, the whole batch runs again on the servers still up (or, with none up, once
     one is back): an episode the environment cut short says nothing about the policy, so it is never scored.
     """
-    task_of_prompt = {row["prompt"]: (row["task_name"], row["seed"]) for row in dataset}
+    seed_of_prompt = {row["prompt"]: row["seed"] for row in dataset}
 
     def run_episodes(specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
         for failure in itertools.count(1):
@@ -196,9 +211,14 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, max_env_failures:
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
         generate, generating = timed(vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer))
         start = time.perf_counter()
-        episodes = run_episodes([task_of_prompt[p] for p in prompts], generate)
+        episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate)
         seconds = time.perf_counter() - start
+        for task in {e.task_name for e in episodes}:
+            sampler.update(task, [e.solved for e in episodes if e.task_name == task])
         metrics = episode_metrics(episodes) | {
+            "groups/same_reward_share": same_reward_share(prompts, episodes),
+            # What the sampler will draw next; with one task, always 1.
+            **{f"tasks/{t}/probability": p for t, p in sampler.probabilities().items() if len(sampler.weights) > 1},
             "episodes/per_second": len(episodes) / seconds,
             # Generation and the browsers overlap; the environment's share is the time no generation was running.
             "time/generation_s": sum(generating),
@@ -233,7 +253,8 @@ def build_trainer(
     if peft_config is not None and model_args.lora_target_modules is None:
         peft_config.target_modules = "all-linear"
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
-    dataset = task_dataset(env_args.task_name, rollout_args.num_task_seeds)
+    dataset = seed_dataset(rollout_args.num_task_seeds)
+    sampler = TaskSampler(env_args.task_weights(), rollout_args.curriculum, seed=training_args.seed)
     if training_args.use_vllm and not torch.cuda.is_available():
         keep_vllm_cpu_weights_as_loaded()
     trainer = GRPOTrainer(
@@ -243,7 +264,7 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        rollout_func=make_rollout_func(runner, dataset, rollout_args.max_env_failures),
+        rollout_func=make_rollout_func(runner, dataset, sampler, rollout_args.max_env_failures),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric

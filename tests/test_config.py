@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 from helpers import ROOT, parse_config
-from train import ConfigError, parse_args, task_dataset
+from train import ConfigError, parse_args, seed_dataset
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
 
@@ -65,10 +65,10 @@ def test_lora_targets_every_linear_layer_of_lfm2(tiny_model):
     assert len(adapted) == len(linear_layers)  # every linear layer of every block, attention and convolution
 
 
-def test_task_dataset_has_one_row_per_seed_with_a_unique_prompt():
-    dataset = task_dataset("click-test", 5)
+def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
+    dataset = seed_dataset(5)
     assert dataset["seed"] == [0, 1, 2, 3, 4]
-    assert len(set(dataset["prompt"])) == 5 and set(dataset["task_name"]) == {"click-test"}
+    assert len(set(dataset["prompt"])) == 5
 
 
 @pytest.mark.parametrize(
@@ -78,6 +78,7 @@ def test_task_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("learning_rate: fast\n", [], "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
         ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
         ("task_name: click-tset\n", [], "task_name: unknown MiniWoB task 'click-tset'"),
+        ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a MiniWoB task nor a preset"),
         ("num_generations: 3\n", [], "generation_batch_size (8) must be divisible by num_generations (3)"),
         ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
         ("", ["--max_steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),

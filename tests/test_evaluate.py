@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 import train
-from evaluate import EvalArguments, evaluate, wilson_interval
+from evaluate import CHART_FILE, EvalArguments, evaluate, report, wilson_interval
 from helpers import ROOT, parse_config
 from rollout import EnvArguments
 
@@ -55,3 +55,20 @@ def test_evaluate_a_lora_adapter_directory_from_the_command_line(tiny_model, env
     assert "success rate  0.0% (0/4), 95% CI 0.0-49.0%" in result.stdout
     assert "replies without a valid action  100.0%" in result.stdout
     assert len((adapter / "eval-click-test" / "episodes.jsonl").read_text().splitlines()) == 4
+
+
+def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, env_server, tmp_path):
+    args = EvalArguments(model=tiny_model, episodes=3, batch_size=6, output_dir=str(tmp_path))
+    summary = evaluate(args, EnvArguments(max_turns=1, env_url=env_server.url, tasks=["click-test", "click-button"]))
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert sorted((r["task_name"], r["seed"]) for r in records) == sorted(
+        (task, seed) for task in ("click-test", "click-button") for seed in range(1_000_000, 1_000_003)
+    )  # the same held-out seeds for every task
+    assert list(summary["tasks"]) == ["click-test", "click-button"]
+    assert all(t["episodes"] == 3 for t in summary["tasks"].values())
+    assert summary["mean_success_rate"] == sum(t["success_rate"] for t in summary["tasks"].values()) / 2
+    table = report(summary)
+    assert f"{tiny_model} on 2 tasks (3 episodes each, greedy):" in table
+    assert "  click-button                 0.0%    0.0-56.2%      -     100.0%" in table
+    assert "  mean over tasks              0.0%" in table
+    assert Image.open(tmp_path / CHART_FILE).width > 300

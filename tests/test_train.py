@@ -141,10 +141,18 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     assert not [pid for pid in server_tree if alive(pid)]
 
 
-def test_a_configured_tracker_receives_the_episode_metrics(tiny_model, env_server, tmp_path):
-    run_training(tiny_model, env_server.url, tmp_path, "--report_to", "tensorboard")
+def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_server, tmp_path):
+    tasks = ["click-test", "click-button"]
+    run_training(tiny_model, env_server.url, tmp_path, "--report_to", "tensorboard", "--tasks", *tasks, "--curriculum", "true")
     events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents.*")).parent))
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert {"train/reward", "train/episodes/success_rate", "train/episodes/turns", "train/loss"} <= tags
     assert [e.step for e in events.Scalars("train/episodes/success_rate")] == [1, 2]
+    assert {"train/groups/same_reward_share", *(f"train/tasks/{task}/probability" for task in tasks)} <= tags
+    played = {tag.split("/")[2] for tag in tags if tag.startswith("train/tasks/") and tag.endswith("/success_rate")}
+    assert played and played <= set(tasks)
+    for row in read_metrics(tmp_path / METRICS_FILE):
+        if "reward" in row:
+            shares = [row[f"tasks/{task}/probability"] for task in tasks]
+            assert math.isclose(sum(shares), 1.0) and 0.0 <= row["groups/same_reward_share"] <= 1.0

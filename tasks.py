@@ -1,0 +1,73 @@
+"""Which MiniWoB tasks a run plays, and how often: the config's task list (names, weights, named presets), and
+the sampler that picks the task of each GRPO group, by weight or by a curriculum.
+
+GRPO learns only from a group whose episodes disagree: a task the policy always solves, or never does, gives
+every episode the same reward and so no gradient. The curriculum weighs each task by p(1 - p), where p is its
+running success rate, the variance of its reward and largest at 50%; a floor keeps every task in the mix, so
+that a task nobody solves yet, or one that was mastered and is being forgotten, is still seen.
+"""
+
+import random
+
+from env_protocol import MINIWOB_TASKS
+
+PRESETS = {
+    # Tasks whose right action must be read from the page or the goal (ids and labels change with the seed);
+    # login-user takes three actions, click-option two.
+    "page-reading": ["click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"],
+    "all": sorted(MINIWOB_TASKS),  # every MiniWoB task BrowserGym scores
+}
+# p(1 - p) is at most 0.25 (at 50%); floored at 0.05, a task is drawn at least a fifth as often as that.
+CURRICULUM_FLOOR = 0.05
+SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running success rate by a fifth
+
+
+def parse_tasks(entries: list[str]) -> dict[str, float]:
+    """The config's task list as {task: weight}. An entry is a task, `task:weight`, or a preset (`preset:weight`
+    gives each of its tasks that weight); weights are relative, 1 by default."""
+    weights: dict[str, float] = {}
+    for entry in entries:
+        name, _, weight_text = entry.partition(":")
+        try:
+            weight = float(weight_text) if weight_text else 1.0
+        except ValueError:
+            raise ValueError(f"tasks: weight of {entry!r} is not a number") from None
+        if weight <= 0:
+            raise ValueError(f"tasks: weight of {entry!r} must be positive")
+        if name not in PRESETS and name not in MINIWOB_TASKS:
+            raise ValueError(f"tasks: {name!r} is neither a MiniWoB task nor a preset ({', '.join(PRESETS)})")
+        for task in PRESETS.get(name, [name]):
+            if task in weights:
+                raise ValueError(f"tasks: {task!r} is named twice")
+            weights[task] = weight
+    if not weights:
+        raise ValueError("tasks: the list is empty")
+    return weights
+
+
+class TaskSampler:
+    """Draws the task of each GRPO group: in proportion to the configured weights, or, with `curriculum`, to the
+    weights times each task's p(1 - p) (with a floor). `update` feeds it the episodes each batch played."""
+
+    def __init__(self, weights: dict[str, float], curriculum: bool, seed: int = 0):
+        self.weights = dict(weights)
+        self.curriculum = curriculum
+        self.success = {task: 0.5 for task in weights}  # unknown yet: as informative as a task can be
+        self._random = random.Random(seed)
+
+    def probabilities(self) -> dict[str, float]:
+        weights = dict(self.weights)
+        if self.curriculum:
+            for task, p in self.success.items():
+                weights[task] *= max(p * (1 - p), CURRICULUM_FLOOR)
+        total = sum(weights.values())
+        return {task: weight / total for task, weight in weights.items()}
+
+    def draw(self) -> str:
+        probabilities = self.probabilities()
+        return self._random.choices(list(probabilities), weights=list(probabilities.values()))[0]
+
+    def update(self, task: str, solved: list[bool]) -> None:
+        rate = sum(solved) / len(solved)
+        self.success[task] = SUCCESS_SMOOTHING * self.success[task] + (1 - SUCCESS_SMOOTHING) * rate
+

@@ -1,0 +1,83 @@
+"""The task list of a config and the sampler that draws each GRPO group's task."""
+
+import collections
+
+import pytest
+
+import train
+from env_protocol import MINIWOB_TASKS
+from rollout import Episode
+from metrics import weakest_task
+from tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks
+
+
+def test_a_task_list_takes_names_weights_and_presets():
+    assert parse_tasks(["click-test"]) == {"click-test": 1.0}
+    assert parse_tasks(["click-button:3", "enter-text"]) == {"click-button": 3.0, "enter-text": 1.0}
+    assert parse_tasks(["page-reading:2"]) == dict.fromkeys(PRESETS["page-reading"], 2.0)
+    assert set(parse_tasks(["all"])) == set(MINIWOB_TASKS) and len(PRESETS["all"]) > 100
+
+
+@pytest.mark.parametrize(
+    "entries, reason",
+    [
+        (["click-buton"], "'click-buton' is neither a MiniWoB task nor a preset (page-reading, all)"),
+        (["click-test:x"], "weight of 'click-test:x' is not a number"),
+        (["click-test:0"], "weight of 'click-test:0' must be positive"),
+        (["page-reading", "login-user"], "'login-user' is named twice"),
+        ([], "the list is empty"),
+    ],
+)
+def test_a_mistake_in_the_task_list_says_what_is_wrong(entries, reason):
+    with pytest.raises(ValueError, match=f"^tasks: {reason}$".replace("(", r"\(").replace(")", r"\)")):
+        parse_tasks(entries)
+
+
+def test_without_the_curriculum_tasks_are_drawn_by_weight_alone():
+    sampler = TaskSampler({"click-test": 3.0, "enter-text": 1.0}, curriculum=False, seed=1)
+    sampler.update("click-test", [True] * 8)  # success does not matter
+    assert sampler.probabilities() == {"click-test": 0.75, "enter-text": 0.25}
+    drawn = collections.Counter(sampler.draw() for _ in range(4000))
+    assert drawn["click-test"] / 4000 == pytest.approx(0.75, abs=0.03)
+
+
+def test_the_curriculum_favours_tasks_whose_groups_disagree_and_starves_none():
+    sampler = TaskSampler(dict.fromkeys(["mastered", "half", "hopeless"], 1.0), curriculum=True)
+    assert len(set(sampler.probabilities().values())) == 1  # nothing known yet: uniform
+    for _ in range(30):
+        sampler.update("mastered", [True] * 8)
+        sampler.update("half", [True, False] * 4)
+        sampler.update("hopeless", [False] * 8)
+    assert sampler.success["mastered"] > 0.99 and sampler.success["half"] == pytest.approx(0.5)
+    p = sampler.probabilities()
+    assert p["half"] == pytest.approx(0.25 / (0.25 + 2 * CURRICULUM_FLOOR))  # p(1-p) at its largest
+    assert p["mastered"] == p["hopeless"] == pytest.approx(CURRICULUM_FLOOR / (0.25 + 2 * CURRICULUM_FLOOR))
+
+
+def test_the_running_success_rate_moves_a_fifth_of_the_way_per_batch():
+    sampler = TaskSampler({"click-test": 1.0}, curriculum=True)
+    sampler.update("click-test", [True, True, True, False])
+    assert sampler.success["click-test"] == pytest.approx(0.8 * 0.5 + 0.2 * 0.75)
+
+
+def test_each_group_plays_one_task_instance_and_groups_that_agree_are_counted():
+    sampler = TaskSampler({"click-test": 1.0, "enter-text": 1.0}, curriculum=False, seed=0)
+    prompts = ["seed 4"] * 4 + ["seed 9"] * 4 + ["seed 2"] * 4
+    instances = train.task_instances(prompts, {"seed 4": 4, "seed 9": 9, "seed 2": 2}, sampler)
+    for group in range(3):
+        assert len(set(instances[4 * group : 4 * group + 4])) == 1  # one (task, seed) per group
+    assert [seed for _, seed in instances[::4]] == [4, 9, 2]
+    assert {task for task, _ in instances} == {"click-test", "enter-text"}  # seed 0 draws both
+
+    def episode(solved: bool) -> Episode:
+        return Episode("click-test", 0, done=True, env_reward=1.0 if solved else 0.0)
+
+    solved = [True, True, True, True, False, True, False, False, False, False, False, False]
+    assert train.same_reward_share(prompts, [episode(s) for s in solved]) == pytest.approx(2 / 3)
+
+
+def test_the_step_line_names_the_weakest_task_when_there_are_several():
+    assert weakest_task({"tasks/click-test/success_rate": 0.75, "tasks/login-user/success_rate": 0.25}) == (
+        " (weakest login-user 25%)"
+    )
+    assert weakest_task({"tasks/click-test/success_rate": 0.75}) == ""
