@@ -83,6 +83,14 @@ PLANS = {
 }
 
 
+def episode_so_far(conversation: str) -> tuple[str, str, int]:
+    """The goal, the pages (the first one first) and the number of replies of an episode's conversation, rendered
+    as text: rollout.py's first message holds "Goal: ..." and "Page:", and each later one opens with "Step N."."""
+    goal = re.search(r"Goal: (.*)", conversation).group(1)
+    pages = conversation[conversation.index("Page:\n") :]
+    return goal, pages, len(re.findall(r"Step \d+\. ", conversation))
+
+
 def plan(task: str, goal: str, page: str) -> Plan:
     """The scripted plan for an instance of `task`, from its goal and its first page's accessibility tree."""
     return PLANS[task](goal, page)

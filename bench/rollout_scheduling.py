@@ -20,7 +20,6 @@ Run it on an otherwise idle machine.
 
 import argparse
 import os
-import re
 import tempfile
 import time
 from contextlib import ExitStack
@@ -33,7 +32,7 @@ from env_client import LocalEnvServer, ServerPool
 from evaluate import load_policy, model_generate
 from metrics import setup_logging
 from rollout import EpisodeRunner, GenerateFn, Reply
-from scripted_policy import plan
+from scripted_policy import episode_so_far, plan
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import warm_up
 
@@ -49,11 +48,8 @@ def gpu_paced_generate(tokenizer) -> GenerateFn:
     """The plan's next right action for each context, returned after an H100's generation latency."""
 
     def reply_to(context: list[int]) -> Reply:
-        text = tokenizer.decode(context)
-        goal = re.search(r"Goal: (.*)", text).group(1)
-        page = text[text.index("Page:\n") :]
-        turn = len(re.findall(r"Step \d+\. ", text))
-        actions = plan(TASK, goal, page).right
+        goal, pages, turn = episode_so_far(tokenizer.decode(context))
+        actions = plan(TASK, goal, pages).right
         ids = tokenizer.encode(actions[min(turn, len(actions) - 1)], add_special_tokens=False)
         return Reply(ids=ids + [tokenizer.eos_token_id], logprobs=[0.0] * (len(ids) + 1), ended=True)
 

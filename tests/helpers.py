@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import psutil
+import torch
 
 import train
 from rollout import Reply
@@ -147,3 +148,12 @@ def policy_turns(out: dict, row: int) -> list[tuple[list[int], list[int]]]:
             turns.append((prompt + ids[:position], tokens))
         position += len(tokens)
     return turns
+
+
+def make_lora_adapter_nonzero(trainer, std: float) -> None:
+    """An adapter as after some updates: a fresh one (B = 0) changes nothing, and would hide a missing sync."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, std)

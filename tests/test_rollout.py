@@ -5,9 +5,9 @@ import torch
 
 import train
 from env_client import ServerPool
-from helpers import click_the_button, parse_config, policy_turns, recorded_generation, segments
+from helpers import click_the_button, make_lora_adapter_nonzero, parse_config, policy_turns, recorded_generation, segments
 from rollout import EpisodeRunner, Reply
-from scripted_policy import plan
+from scripted_policy import episode_so_far, plan
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
@@ -79,12 +79,8 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
     try:
         trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
-        if lora:  # an adapter as after some updates: a fresh one (B = 0) changes nothing
-            torch.manual_seed(0)
-            with torch.no_grad():
-                for name, param in trainer.model.named_parameters():
-                    if "lora_B" in name:
-                        param.normal_(0, 0.05)
+        if lora:
+            make_lora_adapter_nonzero(trainer, std=0.05)
         trainer.model.train()
         # The trainer's own path from dataset rows to the tensors its loss consumes.
         out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
@@ -120,10 +116,8 @@ def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_se
         calls.append(len(contexts))
         replies = []
         for context in contexts:
-            text = tokenizer.decode(context)
-            goal, page = text.split("Goal: ")[1].split("\n\nPage:\n")[0], text[text.index("RootWebArea") :]
-            turn = text.count("<|im_start|>assistant") - 1
-            steps = (["noop(300)"] if len(goal) % 2 else []) + plan("login-user", goal, page).right
+            goal, pages, turn = episode_so_far(tokenizer.decode(context))
+            steps = (["noop(300)"] if len(goal) % 2 else []) + plan("login-user", goal, pages).right
             ids = tokenizer.encode(steps[min(turn, len(steps) - 1)], add_special_tokens=False) + [tokenizer.eos_token_id]
             replies.append(Reply(ids, [-1.0] * len(ids), ended=True))
         return replies

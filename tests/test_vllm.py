@@ -18,7 +18,7 @@ from vllm import SamplingParams
 
 import train
 from env_client import ServerPool
-from helpers import parse_config, policy_turns, recorded_generation, segments
+from helpers import make_lora_adapter_nonzero, parse_config, policy_turns, recorded_generation, segments
 from rollout import EpisodeRunner
 from scripted_policy import plan
 from tiny_lfm2 import build_tiny_lfm2
@@ -69,15 +69,6 @@ def trainer_logprobs(trainer, ids: list[int]) -> torch.Tensor:
     return logits.log_softmax(-1).gather(-1, torch.tensor(ids[1:]).unsqueeze(-1)).squeeze(-1)
 
 
-def make_lora_adapter_nonzero(trainer) -> None:
-    """An adapter as after some updates: a fresh one (B = 0) changes nothing, and would hide a missing sync."""
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, param in trainer.model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(0, 0.3)
-
-
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
 def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they_were_sampled_from(
     half_right_model, env_server, tokenizer, tmp_path, monkeypatch, lora
@@ -89,7 +80,7 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
     )  # fmt: skip
     try:
         if lora:
-            make_lora_adapter_nonzero(trainer)  # the first rollout syncs it, merged, into the engine
+            make_lora_adapter_nonzero(trainer, std=0.3)  # the first rollout syncs it, merged, into the engine
         trainer.model.train()
         out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
     finally:
