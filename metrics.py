@@ -71,9 +71,10 @@ class MetricsLog(TrainerCallback):
                 f.write(json.dumps({"step": state.global_step, **with_training_time(logs)}) + "\n")
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero and (Path(args.output_dir) / METRICS_FILE).exists():
-            path = plot_learning_curve(Path(args.output_dir) / METRICS_FILE, Path(args.output_dir) / CURVE_FILE)
-            log.info("learning curve: %s", path)
+        metrics_file = Path(args.output_dir) / METRICS_FILE
+        if state.is_world_process_zero and metrics_file.exists():
+            path = plot_learning_curve(metrics_file, Path(args.output_dir) / CURVE_FILE)
+            log.info("%s; learning curve: %s", success_trend(logged_steps(metrics_file)), path)
 
 
 def read_metrics(metrics_file: Path) -> list[dict]:
@@ -84,6 +85,14 @@ def read_metrics(metrics_file: Path) -> list[dict]:
 def logged_steps(metrics_file: Path) -> dict[int, dict]:
     """The training steps of a metrics.jsonl, by step number; a resumed run may log a step twice, the later wins."""
     return {r["step"]: r for r in read_metrics(metrics_file) if "episodes/success_rate" in r}
+
+
+def success_trend(rows: dict[int, dict]) -> str:
+    """Where the run's success started and where it ended: averages over its first and last steps (up to 3)."""
+    steps = sorted(rows)
+    n = max(1, min(3, len(steps) // 2))
+    first, last = ([rows[s]["episodes/success_rate"] for s in part] for part in (steps[:n], steps[-n:]))
+    return f"success {100 * sum(first) / n:.0f}% over the first {n} step(s), {100 * sum(last) / n:.0f}% over the last {n}"
 
 
 def moving_average(values: list[float], window: int) -> list[float]:

@@ -3,8 +3,13 @@
 Each page, token for token as the policy sees it at the start of an episode, is paired with every reply that
 `replies(plan)` writes from the task's scripted plan (scripted_policy.py); the loss is on the replies only.
 Mixing right replies with wrong ones gives a policy that writes actions but picks the right one only some of
-the time: a start that GRPO can improve on. The learning benchmark and the tests build their policies so.
+the time: a start that GRPO can improve on. The learning benchmark, the smoke run and the tests build their
+policies so.
+
+    python warm_up.py --base .cache/tiny-lfm2 --output .cache/smoke-start   # what `make smoke` starts from
 """
+
+import argparse
 
 from pathlib import Path
 from typing import Callable
@@ -13,9 +18,19 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-from env_client import ServerPool
+from env_client import LocalEnvServer, ServerPool
+from metrics import setup_logging
 from rollout import Episode, EpisodeRunner
 from scripted_policy import Plan, plan
+
+
+def one_right_of_eight(plan: Plan) -> list[str]:
+    """For a one-click task: the right reply, six valid actions that leave it unsolved, one reply with no action.
+    The policy learns to write actions, and picks the right one about a quarter of the time."""
+    (right,) = plan.right
+    bid = right.removeprefix("click(").removesuffix(")")
+    wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
+    return [right, *wrong, "I will click the button."]
 
 
 def first_pages(env_url: str, tokenizer, task: str, seeds: range) -> list[Episode]:
@@ -76,3 +91,13 @@ def warm_up(
     trainer.train()
     trainer.save_model(str(output_dir))
     return str(output_dir)
+
+
+if __name__ == "__main__":
+    setup_logging()
+    parser = argparse.ArgumentParser(description="A weak click-test policy: one right reply of eight, on a local server.")
+    parser.add_argument("--base", required=True, help="the model to fine-tune, e.g. .cache/tiny-lfm2")
+    parser.add_argument("--output", required=True, help="where to save the starting policy")
+    args = parser.parse_args()
+    with LocalEnvServer("click-test", max_sessions=16) as server:
+        print(f"starting policy: {warm_up(args.base, Path(args.output), server.url, 'click-test', one_right_of_eight)}")

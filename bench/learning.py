@@ -31,9 +31,8 @@ from env_client import LocalEnvServer
 from evaluate import EvalArguments, evaluate
 from metrics import METRICS_FILE, logged_steps, moving_average, setup_logging
 from rollout import EnvArguments
-from scripted_policy import Plan
 from tiny_lfm2 import build_tiny_lfm2
-from warm_up import warm_up
+from warm_up import one_right_of_eight, warm_up
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -56,14 +55,6 @@ RUNS = {"GRPO, full": [], "GRPO, LoRA": ["--use_peft", "--learning_rate", "1e-3"
 # CI's version: the tests' 64-wide model (its warm-up takes a minute, not ten), a full fine-tune only.
 QUICK_WIDTH = 64
 QUICK_RUNS = {"GRPO, full": ["--learning_rate", "1e-3", "--max_steps", "15"]}
-
-
-def warm_up_replies(plan: Plan) -> list[str]:
-    """One right reply, six valid actions that leave the task unsolved, one reply without an action."""
-    (right,) = plan.right
-    bid = right.removeprefix("click(").removesuffix(")")
-    wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
-    return [right, *wrong, "I will click the button."]
 
 
 def grpo(start_model: str, output_dir: Path, env_url: str, *overrides: str) -> float:
@@ -132,7 +123,7 @@ def main() -> None:
     with LocalEnvServer(TASK, max_sessions=32) as server:
         start = time.perf_counter()
         base_model = str(build_tiny_lfm2(out / "tiny-lfm2", width))
-        starting_policy = warm_up(base_model, out / "warm-up", server.url, TASK, warm_up_replies)
+        starting_policy = warm_up(base_model, out / "warm-up", server.url, TASK, one_right_of_eight)
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
         results = {"starting policy": measure(starting_policy, server.url, episodes, max_turns)}
         for name, extra in runs.items():

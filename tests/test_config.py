@@ -48,7 +48,7 @@ def test_command_line_overrides_the_file():
 
 def test_smoke_config_loads():
     env_args, _, training_args, model_args = parse_config("configs/smoke.yaml")
-    assert model_args.model_name_or_path == ".cache/tiny-lfm2"
+    assert model_args.model_name_or_path == ".cache/smoke-start"
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
 
@@ -123,7 +123,7 @@ def test_train_py_passes_over_the_cloud_launchers_keys(tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpu: H100\nmodal_anything: 1\n")
     env_args, _, _, model_args = parse_args(["--config", str(config)])  # modal_app.py checks them, train.py not
-    assert model_args.model_name_or_path == ".cache/tiny-lfm2"
+    assert model_args.model_name_or_path == ".cache/smoke-start"
 
 
 def test_one_step_of_the_recipes_full_fine_tune_changes_nearly_every_weight(tiny_model):

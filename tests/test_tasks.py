@@ -7,7 +7,6 @@ import pytest
 import train
 from env_protocol import MINIWOB_TASKS
 from rollout import Episode
-from metrics import weakest_task
 from tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks
 
 
@@ -75,9 +74,3 @@ def test_each_group_plays_one_task_instance_and_groups_that_agree_are_counted():
     solved = [True, True, True, True, False, True, False, False, False, False, False, False]
     assert train.same_reward_share(prompts, [episode(s) for s in solved]) == pytest.approx(2 / 3)
 
-
-def test_the_step_line_names_the_weakest_task_when_there_are_several():
-    assert weakest_task({"tasks/click-test/success_rate": 0.75, "tasks/login-user/success_rate": 0.25}) == (
-        " (weakest login-user 25%)"
-    )
-    assert weakest_task({"tasks/click-test/success_rate": 0.75}) == ""
