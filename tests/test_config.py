@@ -79,7 +79,7 @@ def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
         ("task_name: click-tset\n", [], "task_name: unknown MiniWoB task 'click-tset'"),
         ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a MiniWoB task nor a preset"),
-        ("num_generations: 3\n", [], "generation_batch_size (8) must be divisible by num_generations (3)"),
+        ("num_generations: 3\n", [], "generation_batch_size (16) must be divisible by num_generations (3)"),
         ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
         ("", ["--max_steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),
     ],
