@@ -157,3 +157,13 @@ def make_lora_adapter_nonzero(trainer, std: float) -> None:
         for name, param in trainer.model.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, std)
+
+
+def recomputed_logprobs(trainer, out: dict) -> torch.Tensor:
+    """The trainer's own per-token log-probabilities of a scored batch's completions, computed as its loss does."""
+    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+    with torch.no_grad():
+        return trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
+        )[0]

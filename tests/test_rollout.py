@@ -5,7 +5,7 @@ import torch
 
 import train
 from env_client import ServerPool
-from helpers import click_the_button, make_lora_adapter_nonzero, parse_config, policy_turns, recorded_generation, segments
+from helpers import click_the_button, make_lora_adapter_nonzero, parse_config, policy_turns, recomputed_logprobs, recorded_generation, segments
 from rollout import EpisodeRunner, Reply
 from scripted_policy import episode_so_far, plan
 
@@ -93,19 +93,12 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     # A random tiny model never solves click-test: every episode plays all 3 turns.
     assert len(turns) == 6
 
-    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    with torch.no_grad():
-        recomputed = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
-        )[0]
+    recomputed = recomputed_logprobs(trainer, out)
     policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
     torch.testing.assert_close(recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0)
     if lora:
-        with torch.no_grad(), trainer.model.disable_adapter():
-            base = trainer._get_per_token_logps_and_entropies(
-                trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
-            )[0]
+        with trainer.model.disable_adapter():
+            base = recomputed_logprobs(trainer, out)
         assert (base[policy_tokens] - recomputed[policy_tokens]).abs().max() > 0.1  # the adapter is in both
 
 

@@ -18,7 +18,7 @@ from vllm import SamplingParams
 
 import train
 from env_client import ServerPool
-from helpers import make_lora_adapter_nonzero, parse_config, policy_turns, recorded_generation, segments
+from helpers import make_lora_adapter_nonzero, parse_config, policy_turns, recomputed_logprobs, recorded_generation, segments
 from rollout import EpisodeRunner
 from scripted_policy import plan
 from tiny_lfm2 import build_tiny_lfm2
@@ -92,20 +92,13 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
     for _, reply in sampled:
         assert reply.ended == (reply.ids[-1] in trainer.eos_token_ids)  # vLLM returns the end-of-turn token
 
-    input_ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
-    attention_mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
-    with torch.no_grad():
-        recomputed = trainer._get_per_token_logps_and_entropies(
-            trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
-        )[0]
+    recomputed = recomputed_logprobs(trainer, out)
     policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
     difference = (recomputed[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs()
     assert difference.max() < BF16_TOLERANCE, difference.max()
     if lora:  # the adapter is in the engine too, not only in the trainer
-        with torch.no_grad(), trainer.model.disable_adapter():
-            base = trainer._get_per_token_logps_and_entropies(
-                trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
-            )[0]
+        with trainer.model.disable_adapter():
+            base = recomputed_logprobs(trainer, out)
         assert (base[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs().max() > 10 * BF16_TOLERANCE
 
 
@@ -193,11 +186,12 @@ def test_an_episode_that_outgrows_the_engines_length_ends_unsolved_and_the_run_g
     half_right_model, env_server, tokenizer, tmp_path, caplog
 ):
     # Room for the first page and a reply, not for a second page: every episode that does not solve the task at
-    # once ends at its second turn, unsolved, instead of the engine refusing the whole batch.
+    # once ends at its second turn, unsolved, instead of the engine refusing the whole batch. A small learning
+    # rate keeps the half-right policy half right at step 2, so that step has such episodes too.
     first_prompt = len(first_pages(env_server.url, tokenizer, "click-test", range(1))[0].prompt_ids)
     trainer, runner = vllm_trainer(
         half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--max_steps", "2",
-        "--vllm_max_model_length", str(first_prompt + 40),
+        "--vllm_max_model_length", str(first_prompt + 40), "--learning_rate", "1e-4",
     )  # fmt: skip
     try:
         with caplog.at_level(logging.WARNING, logger="rollout"):
