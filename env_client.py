@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +151,16 @@ class ServerPool:
         self.servers = list(servers)
         self.recovery_wait_s = REMOTE_RECOVERY_WAIT_S if recovery_wait_s is None else recovery_wait_s
         self._out: dict[int, threading.Thread | None] = {}  # the servers out of the rotation, and their restarts
+
+    @classmethod
+    def started(cls, stack: contextlib.ExitStack, servers: list, recovery_wait_s: float) -> "ServerPool":
+        """`servers` this run starts (anything with `start()` and `stop()` too), started side by side and stopped
+        when `stack` closes."""
+        for server in servers:
+            stack.callback(server.stop)
+        with ThreadPoolExecutor(max_workers=len(servers)) as starting:
+            list(starting.map(lambda server: server.start(), servers))
+        return cls(servers, recovery_wait_s)
 
     @classmethod
     def of(cls, env_url: str) -> "ServerPool":

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, 
 
 from env_client import LocalEnvServer, ServerPool
 from metrics import setup_logging
-from rollout import EnvArguments, Episode, EpisodeRunner, GenerateFn, episode_metrics, sample_replies
+from rollout import EnvArguments, Episode, EpisodeRunner, GenerateFn, episode_metrics, episodes_by_task, sample_replies
 
 log = logging.getLogger("evaluate")
 
@@ -176,7 +176,7 @@ def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
     else:
         episodes = run_episodes(args, env, env.env_url, model, tokenizer)
     settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
-    tasks = {task: summarize([e for e in episodes if e.task_name == task]) for task in env.task_weights()}
+    tasks = {task: summarize(of_task) for task, of_task in episodes_by_task(episodes).items()}
     summary = summarize(episodes) | {
         "tasks": tasks,
         "mean_success_rate": sum(t["success_rate"] for t in tasks.values()) / len(tasks),

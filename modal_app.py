@@ -18,7 +18,6 @@ import datetime
 import os
 import secrets
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,11 +125,7 @@ class EnvServerSandbox:
 def start_env_servers(stack: ExitStack, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
     """settings.modal_env_servers environment servers, started side by side, stopped when `stack` closes."""
     servers = [EnvServerSandbox(settings, max_sessions, token, adapter) for _ in range(settings.modal_env_servers)]
-    for server in servers:
-        stack.callback(server.stop)
-    with ThreadPoolExecutor(max_workers=len(servers)) as starting:
-        list(starting.map(EnvServerSandbox.start, servers))
-    return ServerPool(servers, recovery_wait_s=SANDBOX_START_TIMEOUT_S)
+    return ServerPool.started(stack, servers, recovery_wait_s=SANDBOX_START_TIMEOUT_S)
 
 
 class CommitCheckpoints(TrainerCallback):

@@ -425,12 +425,19 @@ def sample_replies(
     return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
 
 
+def episodes_by_task(episodes: list[Episode]) -> dict[str, list[Episode]]:
+    """The episodes of each task, tasks in the order they first appear."""
+    by_task: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        by_task.setdefault(episode.task_name, []).append(episode)
+    return by_task
+
+
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
     replies = [action for e in episodes for action in e.actions]
-    by_task = {task: [e for e in episodes if e.task_name == task] for task in dict.fromkeys(e.task_name for e in episodes)}
     return {
         "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
         "episodes/turns": len(replies) / len(episodes),
         "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
         "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
-    } | {f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task) for task, of_task in by_task.items()}
+    } | {f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task) for task, of_task in episodes_by_task(episodes).items()}

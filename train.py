@@ -19,7 +19,6 @@ import logging
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from rollout import (
     GenerateFn,
     Reply,
     episode_metrics,
+    episodes_by_task,
     sample_replies,
     until_end_of_turn,
 )
@@ -213,8 +213,8 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
         start = time.perf_counter()
         episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate)
         seconds = time.perf_counter() - start
-        for task in {e.task_name for e in episodes}:
-            sampler.update(task, [e.solved for e in episodes if e.task_name == task])
+        for task, of_task in episodes_by_task(episodes).items():
+            sampler.update(task, [e.solved for e in of_task])
         metrics = episode_metrics(episodes) | {
             "groups/same_reward_share": same_reward_share(prompts, episodes),
             # What the sampler will draw next; with one task, always 1.
@@ -286,11 +286,7 @@ def start_local_servers(stack: contextlib.ExitStack, count: int, task: str, batc
     """`count` env_server.py processes, started side by side, stopped when `stack` closes. Each can hold the whole
     batch, so that the others can take over a failed one's sessions."""
     servers = [LocalEnvServer(task, max_sessions=batch_size) for _ in range(count)]
-    for server in servers:
-        stack.callback(server.stop)
-    with ThreadPoolExecutor(max_workers=count) as starting:
-        list(starting.map(LocalEnvServer.start, servers))
-    return ServerPool(servers, recovery_wait_s=servers[0].startup_timeout_s)
+    return ServerPool.started(stack, servers, recovery_wait_s=servers[0].startup_timeout_s)
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:

@@ -167,3 +167,15 @@ def recomputed_logprobs(trainer, out: dict) -> torch.Tensor:
         return trainer._get_per_token_logps_and_entropies(
             trainer.model, input_ids, attention_mask, out["completion_ids"].size(1)
         )[0]
+
+
+def scored_episodes(trainer, runner, lora_std: float | None = None) -> dict:
+    """Two episodes of the trainer's first dataset row, through its own path from rows to the tensors its loss
+    consumes; with `lora_std`, from an adapter as after some updates. Closes `runner`."""
+    try:
+        if lora_std is not None:
+            make_lora_adapter_nonzero(trainer, lora_std)
+        trainer.model.train()
+        return trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
+    finally:
+        runner.close()

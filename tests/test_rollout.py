@@ -5,7 +5,7 @@ import torch
 
 import train
 from env_client import ServerPool
-from helpers import click_the_button, make_lora_adapter_nonzero, parse_config, policy_turns, recomputed_logprobs, recorded_generation, segments
+from helpers import click_the_button, parse_config, policy_turns, recomputed_logprobs, recorded_generation, scored_episodes, segments
 from rollout import EpisodeRunner, Reply
 from scripted_policy import episode_so_far, plan
 
@@ -77,15 +77,8 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     )
     sampled = recorded_generation(monkeypatch, "transformers_generate")
     runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
-    try:
-        trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
-        if lora:
-            make_lora_adapter_nonzero(trainer, std=0.05)
-        trainer.model.train()
-        # The trainer's own path from dataset rows to the tensors its loss consumes.
-        out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
-    finally:
-        runner.close()
+    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
+    out = scored_episodes(trainer, runner, lora_std=0.05 if lora else None)
 
     # env_mask marks exactly the sampled replies, each after the very context it was sampled from.
     turns = [turn for row in range(2) for turn in policy_turns(out, row)]
