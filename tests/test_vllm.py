@@ -18,7 +18,7 @@ from vllm import SamplingParams
 
 import train
 from env_client import ServerPool
-from helpers import make_lora_adapter_nonzero, parse_config, policy_turns, recomputed_logprobs, recorded_generation, segments
+from helpers import parse_config, policy_turns, recomputed_logprobs, recorded_generation, scored_episodes, segments
 from rollout import EpisodeRunner
 from scripted_policy import plan
 from tiny_lfm2 import build_tiny_lfm2
@@ -78,13 +78,7 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
         half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--per_device_train_batch_size", "2",
         *(["--use_peft"] if lora else []),
     )  # fmt: skip
-    try:
-        if lora:
-            make_lora_adapter_nonzero(trainer, std=0.3)  # the first rollout syncs it, merged, into the engine
-        trainer.model.train()
-        out = trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
-    finally:
-        runner.close()
+    out = scored_episodes(trainer, runner, lora_std=0.3 if lora else None)  # the rollout syncs the adapter, merged
 
     # env_mask is 1 on exactly the tokens vLLM sampled, each run after the very context it was sampled from.
     turns = [turn for row in range(2) for turn in policy_turns(out, row)]
@@ -187,11 +181,13 @@ def test_an_episode_that_outgrows_the_engines_length_ends_unsolved_and_the_run_g
 ):
     # Room for the first page and a reply, not for a second page: every episode that does not solve the task at
     # once ends at its second turn, unsolved, instead of the engine refusing the whole batch. A small learning
-    # rate keeps the half-right policy half right at step 2, so that step has such episodes too.
+    # rate keeps the half-right policy about half right at step 2, and 8 episodes a step make it all but certain
+    # that each step has such episodes (with 4, step 2 solved them all in two of a few runs here).
     first_prompt = len(first_pages(env_server.url, tokenizer, "click-test", range(1))[0].prompt_ids)
     trainer, runner = vllm_trainer(
         half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--max_steps", "2",
         "--vllm_max_model_length", str(first_prompt + 40), "--learning_rate", "1e-4",
+        "--per_device_train_batch_size", "8",
     )  # fmt: skip
     try:
         with caplog.at_level(logging.WARNING, logger="rollout"):
