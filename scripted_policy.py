@@ -31,9 +31,10 @@ def click_test(goal: str, page: str) -> Plan:
 
 def click_button(goal: str, page: str) -> Plan:
     (target,) = quoted(goal)
-    (right,) = bids(page, "button", target)
-    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid != right]
-    return Plan(right=[f"click('{right}')"], wrong=[f"click('{others[0]}')"])
+    right = bids(page, "button", target)[0]  # any button of that label solves it
+    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid not in bids(page, "button", target)]
+    # A page may hold that button alone; hovering over it is valid and leaves the task unsolved.
+    return Plan(right=[f"click('{right}')"], wrong=[f"click('{others[0]}')" if others else f"hover('{right}')"])
 
 
 def enter_text(goal: str, page: str) -> Plan:

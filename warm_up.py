@@ -1,10 +1,10 @@
-"""A starting policy built by supervised fine-tuning (TRL's SFTTrainer) on real first pages of a MiniWoB task.
+"""A starting policy built by supervised fine-tuning (TRL's SFTTrainer) on real episodes of MiniWoB tasks.
 
-Each page, token for token as the policy sees it at the start of an episode, is paired with every reply that
-`replies(plan)` writes from the task's scripted plan (scripted_policy.py); the loss is on the replies only.
-Mixing right replies with wrong ones gives a policy that writes actions but picks the right one only some of
-the time: a start that GRPO can improve on. The learning benchmark, the smoke run and the tests build their
-policies so.
+Each task instance is played by its scripted plan's right actions (scripted_policy.py), and the context of
+every turn, token for token as the policy sees it, is paired with every reply that `replies(plan, step)`
+writes for that step; the loss is on the replies only. Mixing right replies with wrong ones gives a policy that
+writes actions but picks the right one only some of the time: a start that GRPO can improve on. The learning
+benchmark, the smoke run and the tests build their policies so.
 
     python warm_up.py --base .cache/tiny-lfm2 --output .cache/smoke-start   # what `make smoke` starts from
 """
@@ -20,17 +20,30 @@ from trl import SFTConfig, SFTTrainer
 
 from env_client import LocalEnvServer, ServerPool
 from metrics import setup_logging
-from rollout import Episode, EpisodeRunner
-from scripted_policy import Plan, plan
+from rollout import Episode, EpisodeRunner, Reply
+from scripted_policy import Plan, episode_so_far, plan
+
+Replies = Callable[[Plan, int], list[str]]  # an instance's plan and a step of it -> the replies to learn there
 
 
-def one_right_of_eight(plan: Plan) -> list[str]:
+NO_ACTION = "I will click the button."
+
+
+def one_right_of_eight(plan: Plan, step: int) -> list[str]:
     """For a one-click task: the right reply, six valid actions that leave it unsolved, one reply with no action.
     The policy learns to write actions, and picks the right one about a quarter of the time."""
-    (right,) = plan.right
+    right = plan.right[step]
     bid = right.removeprefix("click(").removesuffix(")")
     wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
-    return [right, *wrong, "I will click the button."]
+    return [right, *wrong, NO_ACTION]
+
+
+def a_third_right(plan: Plan, step: int) -> list[str]:
+    """The step's right action and its valid wrong one, in the mix that solves a task about a third of the time
+    however many actions it takes: right one time in three for one action, one in two at each of two (a
+    quarter), two in three at each of three (0.30)."""
+    rights, wrongs = {1: (1, 2), 2: (1, 1)}.get(len(plan.right), (2, 1))
+    return [plan.right[step]] * rights + [plan.wrong[step]] * wrongs
 
 
 def first_pages(env_url: str, tokenizer, task: str, seeds: range) -> list[Episode]:
@@ -42,14 +55,37 @@ def first_pages(env_url: str, tokenizer, task: str, seeds: range) -> list[Episod
         runner.close()
 
 
-def warm_up_dataset(env_url: str, tokenizer, task: str, replies: Callable[[Plan], list[str]]) -> Dataset:
+def scripted_turns(env_url: str, tokenizer, task: str, seeds: range) -> list[tuple[list[int], Plan, int]]:
+    """(context, plan, step) of every turn of `task`'s episodes on `seeds`, each played by its plan's right
+    actions: what the policy sees before each action of an episode that is going right."""
+    turns = []
+
+    def follow_plan(contexts: list[list[int]]) -> list[Reply]:
+        replies = []
+        for context in contexts:
+            goal, pages, step = episode_so_far(tokenizer.decode(context))
+            turns.append((context, plan(task, goal, pages), step))
+            ids = tokenizer.encode(turns[-1][1].right[step], add_special_tokens=False) + [tokenizer.eos_token_id]
+            replies.append(Reply(ids, [0.0] * len(ids), ended=True))
+        return replies
+
+    runner = EpisodeRunner(ServerPool.of(env_url), tokenizer, max_turns=5, lockstep=True)
+    try:
+        for start in range(0, len(seeds), 16):  # 16 sessions at a time
+            runner.run([(task, seed) for seed in seeds[start : start + 16]], follow_plan)
+    finally:
+        runner.close()
+    return turns
+
+
+def warm_up_dataset(env_url: str, tokenizer, tasks: list[str], replies: Replies, seeds: int) -> Dataset:
     rows = {"input_ids": [], "completion_mask": []}
-    for episode in first_pages(env_url, tokenizer, task, range(16)):
-        observation = episode.observation
-        for reply in replies(plan(task, observation.goal, observation.axtree_txt)):
-            completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
-            rows["input_ids"].append(episode.prompt_ids + completion)
-            rows["completion_mask"].append([0] * len(episode.prompt_ids) + [1] * len(completion))
+    for task in tasks:
+        for context, task_plan, step in scripted_turns(env_url, tokenizer, task, range(seeds)):
+            for reply in replies(task_plan, step):
+                completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
+                rows["input_ids"].append(context + completion)
+                rows["completion_mask"].append([0] * len(context) + [1] * len(completion))
     return Dataset.from_dict(rows)
 
 
@@ -57,13 +93,15 @@ def warm_up(
     base_model: str,
     output_dir: Path,
     env_url: str,
-    task: str,
-    replies: Callable[[Plan], list[str]],
+    tasks: list[str],
+    replies: Replies,
     steps: int = 150,
     batch_size: int = 16,
     learning_rate: float = 1e-3,
+    seeds: int = 16,
 ) -> str:
-    """Fine-tunes `base_model` on `task`'s first pages and `replies`, and saves it to output_dir."""
+    """Fine-tunes `base_model` on the turns of `seeds` instances of each task and their `replies`, and saves it
+    to output_dir."""
     tokenizer = AutoTokenizer.from_pretrained(base_model)
     config = SFTConfig(
         output_dir=str(output_dir),
@@ -85,7 +123,7 @@ def warm_up(
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(base_model),
         args=config,
-        train_dataset=warm_up_dataset(env_url, tokenizer, task, replies),
+        train_dataset=warm_up_dataset(env_url, tokenizer, tasks, replies, seeds),
         processing_class=tokenizer,
     )
     trainer.train()
@@ -100,4 +138,4 @@ if __name__ == "__main__":
     parser.add_argument("--output", required=True, help="where to save the starting policy")
     args = parser.parse_args()
     with LocalEnvServer("click-test", max_sessions=16) as server:
-        print(f"starting policy: {warm_up(args.base, Path(args.output), server.url, 'click-test', one_right_of_eight)}")
+        print(f"starting policy: {warm_up(args.base, Path(args.output), server.url, ['click-test'], one_right_of_eight)}")

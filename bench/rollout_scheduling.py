@@ -103,7 +103,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
         servers = [stack.enter_context(LocalEnvServer(TASK, max_sessions=args.batch)) for _ in range(args.env_servers)]
         base = str(build_tiny_lfm2(Path(scratch) / "tiny-lfm2"))
-        policy = warm_up(base, Path(scratch) / "filling", servers[0].url, TASK, lambda plan: plan.right, 60, 8, 3e-3)
+        policy = warm_up(base, Path(scratch) / "filling", servers[0].url, [TASK], lambda plan, step: [plan.right[step]], 60, 8, 3e-3)
         model, tokenizer = load_policy(policy)
         pool = ServerPool(servers)
         generators = {

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
 from helpers import ROOT, parse_config
+from tasks import PRESETS
 from train import ConfigError, parse_args, seed_dataset
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
@@ -112,6 +113,15 @@ def test_the_learning_benchmark_config_plays_one_action_per_episode_on_the_cpu()
     env_args, _, training_args, model_args = parse_config("configs/learning.yaml")
     assert env_args.max_turns == 1 and model_args.dtype == "float32" and training_args.use_vllm is False
     assert training_args.generation_batch_size % training_args.num_generations == 0
+
+
+def test_the_page_reading_benchmark_config_gives_every_task_room_for_its_actions(tokenizer):
+    env_args, rollout_args, training_args, _ = parse_config("configs/page_reading.yaml")
+    assert list(env_args.task_weights()) == PRESETS["page-reading"] and rollout_args.curriculum is False
+    assert env_args.max_turns >= 3  # login-user's three actions
+    # A fill of a 12-letter word (longer than enter-text's and login-user's words seen here) and its end fit.
+    longest = tokenizer.encode("fill('16', 'Christabella')", add_special_tokens=False) + [tokenizer.eos_token_id]
+    assert len(longest) <= training_args.max_completion_length and training_args.use_vllm is False
 
 
 def test_an_unknown_command_line_argument_is_named():

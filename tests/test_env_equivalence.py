@@ -101,3 +101,9 @@ def test_eight_concurrent_sessions_each_get_their_own_episode_and_reward(env_ser
         if task == "click-button":
             assert goal.startswith("Click on the")
     assert len({goal for goal, _ in outcomes if goal.startswith("Click on the")}) > 1  # distinct instances
+
+
+@pytest.mark.parametrize("seed", [30, 50], ids=["a button alone", "two buttons of the label"])
+def test_click_button_plans_hold_where_the_page_has_one_button_or_repeats_its_label(session, seed):
+    assert play_on_server(session, "click-button", seed, right=True)[-1][2:4] == (1.0, True)
+    assert play_on_server(session, "click-button", seed, right=False)[-1][2] == 0.0

@@ -24,7 +24,7 @@ def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
     assert 0.05 <= before["success_rate"] <= 0.45  # weak, but not hopeless: GRPO needs some successes
     assert after["success_rate"] >= before["success_rate"] + 0.1
     assert after["episodes"] == before["episodes"] == 48
-    assert (tmp_path / "learning_curves.png").exists() and (tmp_path / "full" / "learning_curve.png").exists()
+    assert (tmp_path / "learning_curves.png").exists() and (tmp_path / "grpo-full" / "learning_curve.png").exists()
 
 
 def test_the_lora_ceiling_bounds_what_lora_reaches_and_lora_gets_close(tiny_model, tokenizer):

@@ -26,7 +26,7 @@ def clicking_model(tmp_path_factory, env_server):
     in its training log could only come from the environment."""
     base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
     clicking = tmp_path_factory.mktemp("clicking")
-    return warm_up(str(base), clicking, env_server.url, "click-test", lambda plan: plan.right, 60, 4, 3e-3)
+    return warm_up(str(base), clicking, env_server.url, ["click-test"], lambda plan, step: [plan.right[step]], 60, 4, 3e-3)
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["server killed", "server hung"])

@@ -40,8 +40,8 @@ def half_right_model(tmp_path_factory, env_server):
     """A tiny LFM2 that clicks click-test's button about half the time and a wrong element otherwise, so that
     GRPO's groups disagree and every optimizer step moves the weights."""
     base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
-    replies = lambda plan: [plan.right[0], plan.wrong[0]]  # noqa: E731
-    return warm_up(str(base), tmp_path_factory.mktemp("half-right"), env_server.url, "click-test", replies, 60, 4, 3e-3)
+    replies = lambda plan, step: [plan.right[step], plan.wrong[step]]  # noqa: E731
+    return warm_up(str(base), tmp_path_factory.mktemp("half-right"), env_server.url, ["click-test"], replies, 60, 4, 3e-3)
 
 
 def vllm_trainer(model, env_server, tokenizer, output_dir, *overrides):
