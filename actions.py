@@ -70,8 +70,11 @@ def parse_action(text: str) -> str | None:
     BrowserGym's grammar does the parsing, so quoting and escapes follow its rules exactly; rebuilding the
     call from the parsed arguments drops whatever the model wrote around it.
     """
-    for tokens, _start, _end in highlevel_action_parser.scan_string(text):
-        for name, args in tokens.as_list():
-            if name in ALLOWED_ACTIONS:
-                return f"{name}({', '.join(repr(arg) for arg in args)})"
+    try:
+        for tokens, _start, _end in highlevel_action_parser.scan_string(text):
+            for name, args in tokens.as_list():
+                if name in ALLOWED_ACTIONS:
+                    return f"{name}({', '.join(repr(arg) for arg in args)})"
+    except (SyntaxError, ValueError):  # the grammar evaluates string literals; a null byte in one breaks that
+        return None
     return None

@@ -35,6 +35,8 @@ def test_parse_action_takes_the_first_allowed_call(text, action):
         "upload_file('3', '/etc/passwd')",
         "__import__('os').system('rm -rf /')",
         "\x00\x01\x02",
+        "click('1\x002')",  # a null byte inside a string literal, which BrowserGym's grammar fails to evaluate
+        "fill('3', 'a\x00b')",
     ],
 )
 def test_parse_action_returns_none_without_an_allowed_call(text):
