@@ -31,8 +31,9 @@ def click_test(goal: str, page: str) -> Plan:
 
 def click_button(goal: str, page: str) -> Plan:
     (target,) = quoted(goal)
-    right = bids(page, "button", target)[0]  # any button of that label solves it
-    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid not in bids(page, "button", target)]
+    targets = bids(page, "button", target)  # any button of that label solves it
+    right = targets[0]
+    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid not in targets]
     # A page may hold that button alone; hovering over it is valid and leaves the task unsolved.
     return Plan(right=[f"click('{right}')"], wrong=[f"click('{others[0]}')" if others else f"hover('{right}')"])
 

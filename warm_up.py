@@ -26,16 +26,13 @@ from scripted_policy import Plan, episode_so_far, plan
 Replies = Callable[[Plan, int], list[str]]  # an instance's plan and a step of it -> the replies to learn there
 
 
-NO_ACTION = "I will click the button."
-
-
 def one_right_of_eight(plan: Plan, step: int) -> list[str]:
     """For a one-click task: the right reply, six valid actions that leave it unsolved, one reply with no action.
     The policy learns to write actions, and picks the right one about a quarter of the time."""
     right = plan.right[step]
     bid = right.removeprefix("click(").removesuffix(")")
     wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
-    return [right, *wrong, NO_ACTION]
+    return [right, *wrong, "I will click the button."]
 
 
 def a_third_right(plan: Plan, step: int) -> list[str]:
@@ -64,8 +61,9 @@ def scripted_turns(env_url: str, tokenizer, task: str, seeds: range) -> list[tup
         replies = []
         for context in contexts:
             goal, pages, step = episode_so_far(tokenizer.decode(context))
-            turns.append((context, plan(task, goal, pages), step))
-            ids = tokenizer.encode(turns[-1][1].right[step], add_special_tokens=False) + [tokenizer.eos_token_id]
+            instance_plan = plan(task, goal, pages)
+            turns.append((context, instance_plan, step))
+            ids = tokenizer.encode(instance_plan.right[step], add_special_tokens=False) + [tokenizer.eos_token_id]
             replies.append(Reply(ids, [0.0] * len(ids), ended=True))
         return replies
 

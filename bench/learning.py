@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import matplotlib
@@ -63,8 +64,9 @@ class Benchmark:
 FULL = Benchmark(
     tasks=PRESETS["page-reading"],
     # LoRA leaves the token embeddings (tied to the output layer) and the final norm frozen, which bounds the
-    # probability any hidden state can put on one token (bench/lora_ceiling.py): 91% for the right first token
-    # at 256 wide, 51% at 64. 256 keeps six tasks' episodes of a thousand tokens and more fast enough here.
+    # probability any hidden state can put on one token (bench/lora_ceiling.py): 91% for click-test's right
+    # first token at 256 wide, 51% at 64. 256 keeps six tasks' episodes of a thousand tokens and more fast
+    # enough here.
     width=256,
     replies=a_third_right,
     warm_up_seeds=64,
@@ -120,13 +122,18 @@ def running_mean_success(rows: dict[int, dict], tasks: list[str]) -> dict[int, f
     return means
 
 
+def training_minutes(rows: dict[int, dict]) -> dict[int, float]:
+    """Minutes of training up to the end of each step (TRL's step times, summed)."""
+    steps = sorted(rows)
+    return dict(zip(steps, accumulate(rows[s].get("step_time", 0.0) / 60 for s in steps)))
+
+
 def to_target(rows: dict[int, dict], tasks: list[str]) -> dict | None:
     """The step, and the minutes of training, at which the running mean success over tasks first reached TARGET."""
-    minutes = 0.0
+    minutes = training_minutes(rows)
     for step, mean in running_mean_success(rows, tasks).items():
-        minutes += rows[step].get("step_time", 0.0) / 60
         if mean >= TARGET:
-            return {"step": step, "minutes": minutes}
+            return {"step": step, "minutes": minutes[step]}
     return None
 
 
@@ -147,6 +154,7 @@ def table(results: dict, tasks: list[str]) -> str:
     row("mean over tasks", [f"{100 * r['mean_success_rate']:.0f}%" for r in results.values()])
     row("no action", [f"{100 * r['unparsed_share']:.0f}%" for r in results.values()])
     row("GRPO wall", [f"{r['grpo_seconds'] / 60:.1f} min" if "grpo_seconds" in r else "-" for r in results.values()])
+
     def reached(r: dict) -> str:
         if "to_target" not in r:
             return "-"
@@ -166,12 +174,11 @@ def plot(results: dict, run_dirs: dict[str, Path], tasks: list[str], image_file:
         axis.axhline(TARGET, color="black", linewidth=0.8, linestyle="--", label=f"target ({100 * TARGET:.0f}%)")
     for (name, run_dir), color in zip(run_dirs.items(), ["tab:blue", "tab:orange", "tab:green"]):
         rows = logged_steps(run_dir / METRICS_FILE)
-        means = running_mean_success(rows, tasks)
+        means, minutes = running_mean_success(rows, tasks), training_minutes(rows)
         steps = sorted(means)
-        minutes = [sum(rows[s].get("step_time", 0.0) for s in steps[: i + 1]) / 60 for i in range(len(steps))]
         after = results[name]["mean_success_rate"]
         by_step.plot(steps, [means[s] for s in steps], color=color, label=f"{name} (evaluated after: {100 * after:.0f}%)")
-        by_minute.plot(minutes, [means[s] for s in steps], color=color)
+        by_minute.plot([minutes[s] for s in steps], [means[s] for s in steps], color=color)
         by_step.plot([steps[-1]], [after], "o", color=color)
     by_step.set_xlabel("GRPO step")
     by_minute.set_xlabel("minutes of GRPO")
