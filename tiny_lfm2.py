@@ -3,10 +3,11 @@
     python tiny_lfm2.py --output .cache/tiny-lfm2
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
-template and special-token ids, and a byte-level BPE vocabulary of about a thousand tokens, so every code
-path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in for `LiquidAI/LFM2-350M`
-where the hub cannot be reached. Two layers, 64 wide by default (the learning benchmark builds a 512-wide one),
-attention heads of 64 like the real model's.
+template and special-token ids, and a byte-level BPE vocabulary of about 600 tokens (all its small corpus
+gives), so every code path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in
+for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a convolution, then attention), 64 wide
+by default (the learning benchmark builds a 256-wide one, bench/reading.py deeper ones too), attention heads of
+64 like the real model's.
 """
 
 import argparse
@@ -57,7 +58,10 @@ def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed: int = 0) -> Lfm2ForCausalLM:
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, layers: int = 2, seed: int = 0
+) -> Lfm2ForCausalLM:
+    """`layers` alternate a convolution and attention, as LFM2's own do in the main."""
     torch.manual_seed(seed)
     heads = max(1, hidden_size // HEAD_SIZE)
     config = Lfm2Config(
@@ -68,8 +72,8 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed:
         # vLLM reads the widths of LFM2's blocks and convolutions from these (the real config has both).
         block_dim=hidden_size,
         conv_dim=hidden_size,
-        num_hidden_layers=2,
-        layer_types=["conv", "full_attention"],
+        num_hidden_layers=layers,
+        layer_types=["conv", "full_attention"] * (layers // 2),
         num_attention_heads=heads,
         num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=8192,
@@ -80,10 +84,10 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden_size: int = 64, seed:
     return Lfm2ForCausalLM(config)
 
 
-def build_tiny_lfm2(output_dir: str | Path, hidden_size: int = 64) -> Path:
+def build_tiny_lfm2(output_dir: str | Path, hidden_size: int = 64, layers: int = 2) -> Path:
     output_dir = Path(output_dir)
     tokenizer = build_tokenizer()
-    build_model(tokenizer, hidden_size).save_pretrained(output_dir)
+    build_model(tokenizer, hidden_size, layers).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir
 

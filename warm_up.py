@@ -100,7 +100,14 @@ def warm_up(
 ) -> str:
     """Fine-tunes `base_model` on the turns of `seeds` instances of each task and their `replies`, and saves it
     to output_dir."""
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    dataset = warm_up_dataset(env_url, AutoTokenizer.from_pretrained(base_model), tasks, replies, seeds)
+    return fine_tune(base_model, output_dir, dataset, steps, batch_size, learning_rate)
+
+
+def fine_tune(
+    base_model: str, output_dir: Path, dataset: Dataset, steps: int, batch_size: int, learning_rate: float
+) -> str:
+    """TRL's SFTTrainer on `dataset` (token ids, loss on the replies only); the model is saved to output_dir."""
     config = SFTConfig(
         output_dir=str(output_dir),
         max_steps=steps,
@@ -121,8 +128,8 @@ def warm_up(
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(base_model),
         args=config,
-        train_dataset=warm_up_dataset(env_url, tokenizer, tasks, replies, seeds),
-        processing_class=tokenizer,
+        train_dataset=dataset,
+        processing_class=AutoTokenizer.from_pretrained(base_model),
     )
     trainer.train()
     trainer.save_model(str(output_dir))

@@ -1,5 +1,6 @@
 """The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task),
-and the bound on what LoRA can reach that chose the benchmark model's width."""
+the bound on what LoRA can reach that chose the benchmark model's width, and what bench/reading.py measures
+with."""
 
 import json
 import re
@@ -7,8 +8,13 @@ import subprocess
 import sys
 
 import torch
+from datasets import Dataset
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from bench.reading import reply_probability
+from tiny_lfm2 import build_tiny_lfm2
+from warm_up import fine_tune
 
 from helpers import ROOT
 
@@ -49,3 +55,28 @@ def test_the_lora_ceiling_bounds_what_lora_reaches_and_lora_gets_close(tiny_mode
         optimizer.step()
     reached = log_probs[click].exp().item()
     assert 0.9 * bound <= reached <= bound * 1.001
+
+
+def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tiny_model, tokenizer, tmp_path):
+    """bench/reading.py's measure, before and after warm_up.fine_tune has shown the model one reply, again and again."""
+    prompt = [{"role": "user", "content": "Goal: Click the button.\n\nPage:\n[13] button 'OK'"}]
+    context = tokenizer.encode(
+        tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+    )
+    completion = tokenizer.encode("click('13')", add_special_tokens=False) + [tokenizer.eos_token_id]
+    dataset = Dataset.from_dict(
+        {"input_ids": [context + completion] * 8, "completion_mask": [[0] * len(context) + [1] * len(completion)] * 8}
+    )
+    untrained = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert reply_probability(untrained, tokenizer, context, "click('13')") < 1e-6  # a dozen tokens of about 600
+
+    trained = AutoModelForCausalLM.from_pretrained(fine_tune(tiny_model, tmp_path, dataset, 40, 4, 3e-3))
+    assert reply_probability(trained, tokenizer, context, "click('13')") > 0.8
+    assert reply_probability(trained, tokenizer, context, "click('14')") < 0.05
+    assert reply_probability(trained, tokenizer, context, "click('13') now") < 0.05  # the turn must end there
+
+
+def test_deeper_tiny_models_alternate_convolution_and_attention_with_the_same_tokenizer(tokenizer, tmp_path):
+    config = AutoModelForCausalLM.from_pretrained(build_tiny_lfm2(tmp_path, layers=4)).config
+    assert config.layer_types == ["conv", "full_attention", "conv", "full_attention"]
+    assert AutoTokenizer.from_pretrained(tmp_path).get_vocab() == tokenizer.get_vocab()
