@@ -1,6 +1,6 @@
 """Can the tiny LFM2 learn to read the page at all? The question under the learning benchmark's start.
 
-    python bench/reading.py     # about 45 minutes on 2 cores
+    python bench/reading.py     # about an hour on 2 cores
 
 GRPO can only sharpen what its starting policy already does some of the time: a policy that reads the goal and
 the page and picks the right element a third of the time improves, one that guesses does not. So before asking
@@ -10,7 +10,8 @@ tasks (64 instances each, as the benchmark's warm-up). Then, on the turns of hel
 evaluate.py uses) and on training ones, the probability it gives the right action and the plan's wrong one of
 the same shape (teacher-forced, the whole reply). A model that reads puts its mass on the right one on held-out
 pages; one that does not splits it between right and wrong alike, or learns the training pages by heart.
-Two depths of the benchmark's 256-wide model: its own two layers (one attention) and four (two attention).
+Two depths of the benchmark's 256-wide model: its own two layers (one attention), and four (two attention),
+trained for twice as long in two rounds, each evaluated.
 """
 
 import json
@@ -32,10 +33,14 @@ log = logging.getLogger("reading")
 
 TASKS = PRESETS["page-reading"]
 WIDTH = 256
-DEPTHS = [2, 4]
+ROUNDS = {
+    2: 1,
+    4: 2,
+}  # layers -> rounds of STEPS steps, each evaluated (the deeper model's second goes on from its first)
 TRAIN_SEEDS = range(64)
 HELD_OUT_SEEDS = range(1_000_000, 1_000_016)  # evaluate.py's first held-out seeds
-STEPS, BATCH_SIZE, LEARNING_RATE = 120, 16, 1e-3  # 3 passes over the 640 turns
+STEPS, BATCH_SIZE, LEARNING_RATE = 120, 16, 1e-3  # a round: 3 passes over the 640 turns
+SPLITS = ("held-out", "training")
 
 
 def right_only(plan: Plan, step: int) -> list[str]:
@@ -50,27 +55,31 @@ def reply_probability(model, tokenizer, context: list[int], reply: str) -> float
     return logits.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).sum().exp().item()
 
 
-def right_and_wrong(model_dir: str, turns: list[tuple[list[int], Plan, int]]) -> dict[str, float]:
-    """The mean probability of each turn's right action and of its plan's wrong one."""
+def right_and_wrong(model_dir: str, turns: list[tuple[list[int], Plan, int]]) -> dict[int, dict]:
+    """For each step of the plans: the mean probability of the right action and of the plan's wrong one."""
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
-    right = [reply_probability(model, tokenizer, context, plan.right[step]) for context, plan, step in turns]
-    wrong = [reply_probability(model, tokenizer, context, plan.wrong[step]) for context, plan, step in turns]
-    return {"right": sum(right) / len(right), "wrong": sum(wrong) / len(wrong), "turns": len(turns)}
+    by_step = {}
+    for step in sorted({step for _, _, step in turns}):
+        at_step = [(context, plan) for context, plan, s in turns if s == step]
+        right = [reply_probability(model, tokenizer, context, plan.right[step]) for context, plan in at_step]
+        wrong = [reply_probability(model, tokenizer, context, plan.wrong[step]) for context, plan in at_step]
+        by_step[step] = {"right": sum(right) / len(right), "wrong": sum(wrong) / len(wrong), "turns": len(at_step)}
+    return by_step
 
 
 def table(results: dict) -> str:
-    header = f"{'p(right) / p(wrong)':<16}" + "".join(
-        f"{f'{name}, held-out':>24}{f'{name}, training':>24}" for name in results
-    )
-    lines = [header]
-    for task in TASKS:
-        cells = [
-            f"{r[split][task]['right']:.2f} / {r[split][task]['wrong']:.2f}"
-            for r in results.values()
-            for split in ("held-out", "training")
-        ]
-        lines.append(f"{task:<16}" + "".join(f"{cell:>24}" for cell in cells))
-    lines.append(f"{'SFT wall':<16}" + "".join(f"{r['sft_seconds'] / 60:>23.1f}m{'':>24}" for r in results.values()))
+    def row(label: str, cells: list[str]) -> str:
+        return f"{label:<26}" + "".join(f"{cell:>22}" for cell in cells)
+
+    lines = []
+    for split in SPLITS:
+        lines.append(row(f"{split} pages", list(results)))
+        for task, by_step in next(iter(results.values()))[split].items():
+            for step in by_step:
+                label = task if len(by_step) == 1 else f"{task}, action {step + 1}"
+                cells = [r[split][task][step] for r in results.values()]
+                lines.append(row(label, [f"{cell['right']:.2f} / {cell['wrong']:.2f}" for cell in cells]))
+    lines.append(row("SFT wall", [f"{r['sft_seconds'] / 60:.1f} min" for r in results.values()]))
     return "\n".join(lines)
 
 
@@ -81,22 +90,21 @@ def main(out: Path = Path("outputs/reading")) -> None:
         dataset = warm_up_dataset(server.url, tokenizer, TASKS, right_only, len(TRAIN_SEEDS))
         turns = {
             split: {task: scripted_turns(server.url, tokenizer, task, seeds) for task in TASKS}
-            for split, seeds in (("held-out", HELD_OUT_SEEDS), ("training", TRAIN_SEEDS[:16]))
+            for split, seeds in zip(SPLITS, (HELD_OUT_SEEDS, TRAIN_SEEDS[:16]))
         }
-    for depth in DEPTHS:
-        name = f"{depth} layers"
-        base = str(build_tiny_lfm2(out / f"base-{depth}", WIDTH, depth))
-        start = time.perf_counter()
-        model_dir = fine_tune(base, out / f"sft-{depth}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)
-        results[name] = {"sft_seconds": time.perf_counter() - start} | {
-            split: {task: right_and_wrong(model_dir, task_turns) for task, task_turns in by_task.items()}
-            for split, by_task in turns.items()
-        }
-        log.info("%s done:\n%s", name, table(results))
+    for depth, rounds in ROUNDS.items():
+        model_dir, seconds = str(build_tiny_lfm2(out / f"base-{depth}", WIDTH, depth)), 0.0
+        for steps in range(STEPS, (rounds + 1) * STEPS, STEPS):
+            start = time.perf_counter()
+            model_dir = fine_tune(model_dir, out / f"sft-{depth}-{steps}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)
+            seconds += time.perf_counter() - start
+            results[f"{depth} layers, {steps} steps"] = {"sft_seconds": seconds} | {
+                split: {task: right_and_wrong(model_dir, task_turns) for task, task_turns in by_task.items()}
+                for split, by_task in turns.items()
+            }
+            log.info("%s layers, %s steps done:\n%s", depth, steps, table(results))
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(
-        f"\nSFT on the right actions of {len(dataset)} turns, {STEPS} steps of {BATCH_SIZE}; the mean probability of the"
-    )
+    print(f"\nSFT on the right actions of {len(dataset)} turns, in steps of {BATCH_SIZE}; the mean probability of the")
     print(f"right action / the plan's wrong one, over the turns of {len(HELD_OUT_SEEDS)} instances per task:")
     print(table(results))
 
