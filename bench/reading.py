@@ -33,10 +33,8 @@ log = logging.getLogger("reading")
 
 TASKS = PRESETS["page-reading"]
 WIDTH = 256
-ROUNDS = {
-    2: 1,
-    4: 2,
-}  # layers -> rounds of STEPS steps, each evaluated (the deeper model's second goes on from its first)
+# layers -> rounds of STEPS steps, each evaluated; the deeper model's second round goes on from its first
+ROUNDS = {2: 1, 4: 2}
 TRAIN_SEEDS = range(64)
 HELD_OUT_SEEDS = range(1_000_000, 1_000_016)  # evaluate.py's first held-out seeds
 STEPS, BATCH_SIZE, LEARNING_RATE = 120, 16, 1e-3  # a round: 3 passes over the 640 turns
