@@ -26,6 +26,11 @@ from scripted_policy import Plan, episode_so_far, plan
 Replies = Callable[[Plan, int], list[str]]  # an instance's plan and a step of it -> the replies to learn there
 
 
+def right_only(plan: Plan, step: int) -> list[str]:
+    """The step's right action alone: a policy that does what the plan does, as far as it can learn it."""
+    return [plan.right[step]]
+
+
 def one_right_of_eight(plan: Plan, step: int) -> list[str]:
     """For a one-click task: the right reply, six valid actions that leave it unsolved, one reply with no action.
     The policy learns to write actions, and picks the right one about a quarter of the time."""

@@ -27,7 +27,7 @@ from metrics import setup_logging
 from scripted_policy import Plan
 from tasks import PRESETS
 from tiny_lfm2 import build_tiny_lfm2
-from warm_up import fine_tune, scripted_turns, warm_up_dataset
+from warm_up import fine_tune, right_only, scripted_turns, warm_up_dataset
 
 log = logging.getLogger("reading")
 
@@ -41,10 +41,6 @@ STEPS, BATCH_SIZE, LEARNING_RATE = 120, 16, 1e-3  # a round: 3 passes over the 6
 SPLITS = ("held-out", "training")
 
 
-def right_only(plan: Plan, step: int) -> list[str]:
-    return [plan.right[step]]
-
-
 def reply_probability(model, tokenizer, context: list[int], reply: str) -> float:
     """The probability the model writes `reply` (and ends its turn) after `context`."""
     completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
@@ -53,9 +49,8 @@ def reply_probability(model, tokenizer, context: list[int], reply: str) -> float
     return logits.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).sum().exp().item()
 
 
-def right_and_wrong(model_dir: str, turns: list[tuple[list[int], Plan, int]]) -> dict[int, dict]:
+def right_and_wrong(model, tokenizer, turns: list[tuple[list[int], Plan, int]]) -> dict[int, dict]:
     """For each step of the plans: the mean probability of the right action and of the plan's wrong one."""
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
     by_step = {}
     for step in sorted({step for _, _, step in turns}):
         at_step = [(context, plan) for context, plan, s in turns if s == step]
@@ -96,8 +91,9 @@ def main(out: Path = Path("outputs/reading")) -> None:
             start = time.perf_counter()
             model_dir = fine_tune(model_dir, out / f"sft-{depth}-{steps}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)
             seconds += time.perf_counter() - start
+            model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
             results[f"{depth} layers, {steps} steps"] = {"sft_seconds": seconds} | {
-                split: {task: right_and_wrong(model_dir, task_turns) for task, task_turns in by_task.items()}
+                split: {task: right_and_wrong(model, tokenizer, task_turns) for task, task_turns in by_task.items()}
                 for split, by_task in turns.items()
             }
             log.info("%s layers, %s steps done:\n%s", depth, steps, table(results))

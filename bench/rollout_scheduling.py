@@ -34,7 +34,7 @@ from metrics import setup_logging
 from rollout import EpisodeRunner, GenerateFn, Reply
 from scripted_policy import episode_so_far, plan
 from tiny_lfm2 import build_tiny_lfm2
-from warm_up import warm_up
+from warm_up import right_only, warm_up
 
 TASK = "login-user"
 
@@ -103,7 +103,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
         servers = [stack.enter_context(LocalEnvServer(TASK, max_sessions=args.batch)) for _ in range(args.env_servers)]
         base = str(build_tiny_lfm2(Path(scratch) / "tiny-lfm2"))
-        policy = warm_up(base, Path(scratch) / "filling", servers[0].url, [TASK], lambda plan, step: [plan.right[step]], 60, 8, 3e-3)
+        policy = warm_up(base, Path(scratch) / "filling", servers[0].url, [TASK], right_only, 60, 8, 3e-3)
         model, tokenizer = load_policy(policy)
         pool = ServerPool(servers)
         generators = {

@@ -18,7 +18,7 @@ from env_client import free_port
 from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
 from metrics import METRICS_FILE, read_metrics
 from tiny_lfm2 import build_tiny_lfm2
-from warm_up import warm_up
+from warm_up import right_only, warm_up
 
 @pytest.fixture(scope="module")
 def clicking_model(tmp_path_factory, env_server):
@@ -26,7 +26,7 @@ def clicking_model(tmp_path_factory, env_server):
     in its training log could only come from the environment."""
     base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
     clicking = tmp_path_factory.mktemp("clicking")
-    return warm_up(str(base), clicking, env_server.url, ["click-test"], lambda plan, step: [plan.right[step]], 60, 4, 3e-3)
+    return warm_up(str(base), clicking, env_server.url, ["click-test"], right_only, 60, 4, 3e-3)
 
 
 @pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["server killed", "server hung"])
