@@ -48,7 +48,7 @@ chromium: $(VENV)/installed
 
 # The smoke run's starting policy: the tiny model fine-tuned to write click-test actions, right one time in
 # four or so (warm_up.py). Built once, a minute on two cores.
-.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json warm_up.py scripted_policy.py
+.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json warm_up.py scripted_policy.py rollout.py
 	$(PY) warm_up.py --base .cache/tiny-lfm2 --output .cache/smoke-start
 
 smoke: setup .cache/smoke-start/config.json

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -124,7 +125,7 @@ class ChatTurns:
         return self._encode(closing + opening)
 
     def page(self, observation: BrowserGymObservation) -> str:
-        text = observation.axtree_txt or observation.text
+        text = compact_page(observation.axtree_txt or observation.text)
         if len(text) > self.max_page_chars:
             text = text[: self.max_page_chars] + "\n[... page truncated]"
         return f"Page:\n{text}"
@@ -134,6 +135,18 @@ class ChatTurns:
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+# An InlineTextBox line repeats the text of the element above it, and a url property names the server's copy of
+# the page (a file path on a local server): neither says anything the policy can act on, and together they were
+# half of a page's tokens. BrowserGym drops repeated StaticText the same way.
+_REPEATED_TEXT = re.compile(r"^[ \t]*InlineTextBox '.*'\n?", re.MULTILINE)
+_URL_PROPERTY = re.compile(r", url='[^'\n]*'")
+
+
+def compact_page(axtree_txt: str) -> str:
+    """The accessibility tree without its InlineTextBox lines and url properties."""
+    return _URL_PROPERTY.sub("", _REPEATED_TEXT.sub("", axtree_txt)).rstrip("\n")
 
 
 def feedback(turn: int, action: str | None, observation: BrowserGymObservation, cut_off: bool = False) -> str:

@@ -56,3 +56,24 @@ def test_feedback_says_what_happened():
     failed = feedback(1, "click('99')", observation(error='ValueError: Could not find element with bid "99"'))
     assert failed.startswith("Step 2. Action click('99') failed: ValueError: Could not find element")
     assert feedback(2, "click('13')", observation()) == "Step 3. Action click('13') done."
+
+
+def test_page_drops_repeated_text_and_urls_and_keeps_every_element(tokenizer):
+    axtree = (
+        "RootWebArea 'Click Button Task', focused, url='file:///home/user/miniwob/click-button.html'\n"
+        "\tStaticText 'faucibus in nibh'\n"
+        "\t\tInlineTextBox 'faucibus in nibh'\n"
+        "\t[13] button 'no'\n"
+        "\t\tInlineTextBox 'no'\n"
+        "\tInlineTextBox ''\n"
+        "\t[19] link 'Tab #1', url='file:///home/user/miniwob/click-tab.html#tabs-1'\n"
+        "\t[21] textbox '', focused"
+    )
+    page = ChatTurns(tokenizer).page(BrowserGymObservation(goal="", axtree_txt=axtree, text=axtree))
+    assert page == (
+        "Page:\nRootWebArea 'Click Button Task', focused\n"
+        "\tStaticText 'faucibus in nibh'\n"
+        "\t[13] button 'no'\n"
+        "\t[19] link 'Tab #1'\n"
+        "\t[21] textbox '', focused"
+    )
