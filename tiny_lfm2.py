@@ -3,16 +3,19 @@
     python tiny_lfm2.py --output .cache/tiny-lfm2
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
-template and special-token ids, and a byte-level BPE vocabulary of about 600 tokens (all its small corpus
-gives), so every code path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in
-for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a convolution, then attention), 64 wide
+template and special-token ids, and a byte-level BPE vocabulary of about 2,100 tokens (all its small corpus
+gives: the action reference, element ids, and the names and words MiniWoB builds its tasks from), so every
+code path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in for
+`LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a convolution, then attention), 64 wide
 by default (the learning benchmark builds a 256-wide one, bench/reading.py deeper ones too), attention heads of
 64 like the real model's.
 """
 
 import argparse
+import re
 from pathlib import Path
 
+import miniwob
 import torch
 import trl
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -36,12 +39,27 @@ LFM2_CHAT_TEMPLATE = Path(trl.__file__).parent / "chat_templates" / "lfm2.jinja"
 HEAD_SIZE = 64
 
 
+def miniwob_words() -> list[str]:
+    """The names and lorem-ipsum words MiniWoB writes its goals and pages from (its ui_utils.js), as written, in
+    lower case and capitalised. A real tokenizer holds such words whole; with them the tiny one does too, so that
+    copying a name or matching a label is one token's work, not five's."""
+    source = (Path(miniwob.__file__).parent / "html" / "common" / "ui_utils.js").read_text()
+    words = []
+    for name in ("FIFTY_NAMES", "lorem_words"):
+        listed = re.search(rf"ui_utils\.{name} = \[(.*?)\];", source, re.DOTALL).group(1)
+        words += [word.rstrip(",") for word in re.findall(r"[\"']([^\"']+)[\"']", listed)]
+    return sorted({form for word in words for form in (word, word.lower(), word.capitalize())})
+
+
 def tokenizer_corpus() -> list[str]:
-    page = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'\n\t\tInlineTextBox 'Click Me!'"
-    return [describe_actions(), page, "Goal: Click the button.", "click('13')", "fill('5', 'hello')"] * 10
+    page = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'\n\t\tStaticText 'Click Me!'"
+    examples = [describe_actions(), page, "Goal: Click the button.", "click('13')", "fill('5', 'hello')"]
+    bids = [f"[{bid}] '{bid}'" for bid in range(200)]  # element ids, one token each like the words
+    words = [f"'{word}' \"{word}\" {word}" for word in miniwob_words()]
+    return (examples + bids + words) * 10
 
 
-def build_tokenizer(vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+def build_tokenizer(vocab_size: int = 4096) -> PreTrainedTokenizerFast:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
