@@ -139,7 +139,7 @@ class ChatTurns:
 
 # An InlineTextBox line repeats the text of the element above it, and a url property names the server's copy of
 # the page (a file path on a local server): neither says anything the policy can act on, and together they were
-# half of a page's tokens. BrowserGym drops repeated StaticText the same way.
+# nearly half of a page's tokens. BrowserGym drops repeated StaticText the same way.
 _REPEATED_TEXT = re.compile(r"^[ \t]*InlineTextBox '.*'\n?", re.MULTILINE)
 _URL_PROPERTY = re.compile(r", url='[^'\n]*'")
 

@@ -3,12 +3,17 @@
     python tiny_lfm2.py --output .cache/tiny-lfm2
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
-template and special-token ids, and a byte-level BPE vocabulary of about 2,100 tokens (all its small corpus
-gives: the action reference, element ids, and the names and words MiniWoB builds its tasks from), so every
-code path of the recipe runs on it in seconds, vLLM's included. It knows nothing: a stand-in for
-`LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a convolution, then attention), 64 wide
-by default (the learning benchmark builds a 256-wide one, bench/reading.py deeper ones too), attention heads of
-64 like the real model's.
+template and special-token ids, and a byte-level BPE vocabulary of 592 tokens (all its small corpus, the
+action reference and a page, gives), so every code path of the recipe runs on it in seconds, vLLM's included.
+It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a
+convolution, then attention), 64 wide by default (the learning benchmark builds a 256-wide one,
+bench/reading.py deeper ones too), attention heads of 64 like the real model's.
+
+With `miniwob_vocabulary` (bench/reading.py), the vocabulary also holds MiniWoB's element ids, names and
+words whole (2,078 tokens), as a real tokenizer holds common words. Not by default: LoRA leaves the random
+embeddings frozen, which caps the probability of any one token the lower the more tokens there are
+(bench/lora_ceiling.py: 6% for `click` at 256 wide with 2,078 tokens), and the tests, the smoke run and the
+click-test benchmark have no words to read.
 """
 
 import argparse
@@ -51,22 +56,23 @@ def miniwob_words() -> list[str]:
     return sorted({form for word in words for form in (word, word.lower(), word.capitalize())})
 
 
-def tokenizer_corpus() -> list[str]:
+def tokenizer_corpus(miniwob_vocabulary: bool) -> list[str]:
     page = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'\n\t\tStaticText 'Click Me!'"
-    examples = [describe_actions(), page, "Goal: Click the button.", "click('13')", "fill('5', 'hello')"]
-    bids = [f"[{bid}] '{bid}'" for bid in range(200)]  # element ids, one token each like the words
-    words = [f"'{word}' \"{word}\" {word}" for word in miniwob_words()]
-    return (examples + bids + words) * 10
+    corpus = [describe_actions(), page, "Goal: Click the button.", "click('13')", "fill('5', 'hello')"]
+    if miniwob_vocabulary:
+        corpus += [f"[{bid}] '{bid}'" for bid in range(200)]  # element ids, one token each like the words
+        corpus += [f"'{word}' \"{word}\" {word}" for word in miniwob_words()]
+    return corpus * 10
 
 
-def build_tokenizer(vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+def build_tokenizer(miniwob_vocabulary: bool = False, vocab_size: int = 4096) -> PreTrainedTokenizerFast:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    bpe.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    bpe.train_from_iterator(tokenizer_corpus(miniwob_vocabulary), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         bos_token="<|startoftext|>",
@@ -102,9 +108,11 @@ def build_model(
     return Lfm2ForCausalLM(config)
 
 
-def build_tiny_lfm2(output_dir: str | Path, hidden_size: int = 64, layers: int = 2) -> Path:
+def build_tiny_lfm2(
+    output_dir: str | Path, hidden_size: int = 64, layers: int = 2, miniwob_vocabulary: bool = False
+) -> Path:
     output_dir = Path(output_dir)
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(miniwob_vocabulary)
     build_model(tokenizer, hidden_size, layers).save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     return output_dir

@@ -10,7 +10,8 @@ tasks (64 instances each, as the benchmark's warm-up). Then, on the turns of hel
 evaluate.py uses) and on training ones, the probability it gives the right action and the plan's wrong one of
 the same shape (teacher-forced, the whole reply). A model that reads puts its mass on the right one on held-out
 pages; one that does not splits it between right and wrong alike, or learns the training pages by heart.
-The benchmark's 256-wide model, four layers deep (two of them attention), trained in three rounds, each
+The benchmark's 256-wide model, four layers deep (two of them attention), with a tokenizer that holds MiniWoB's
+names, words and element ids whole (tiny_lfm2.py's `miniwob_vocabulary`), trained in three rounds, each
 evaluated.
 """
 
@@ -79,14 +80,14 @@ def table(results: dict) -> str:
 def main(out: Path = Path("outputs/reading")) -> None:
     results = {}
     with LocalEnvServer(TASKS[0], max_sessions=16) as server:
-        tokenizer = AutoTokenizer.from_pretrained(build_tiny_lfm2(out / "tokenizer"))  # the same for every depth
+        tokenizer = AutoTokenizer.from_pretrained(build_tiny_lfm2(out / "tokenizer", miniwob_vocabulary=True))
         dataset = warm_up_dataset(server.url, tokenizer, TASKS, right_only, len(TRAIN_SEEDS))
         turns = {
             split: {task: scripted_turns(server.url, tokenizer, task, seeds) for task in TASKS}
             for split, seeds in zip(SPLITS, (HELD_OUT_SEEDS, TRAIN_SEEDS[:16]))
         }
     for depth, rounds in ROUNDS.items():
-        model_dir, seconds = str(build_tiny_lfm2(out / f"base-{depth}", WIDTH, depth)), 0.0
+        model_dir, seconds = str(build_tiny_lfm2(out / f"base-{depth}", WIDTH, depth, miniwob_vocabulary=True)), 0.0
         for steps in range(STEPS, (rounds + 1) * STEPS, STEPS):
             start = time.perf_counter()
             model_dir = fine_tune(model_dir, out / f"sft-{depth}-{steps}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)

@@ -68,7 +68,7 @@ def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tin
         {"input_ids": [context + completion] * 8, "completion_mask": [[0] * len(context) + [1] * len(completion)] * 8}
     )
     untrained = AutoModelForCausalLM.from_pretrained(tiny_model)
-    assert reply_probability(untrained, tokenizer, context, "click('13')") < 1e-6  # five tokens of about 2,000
+    assert reply_probability(untrained, tokenizer, context, "click('13')") < 1e-6  # a dozen tokens of about 600
 
     trained = AutoModelForCausalLM.from_pretrained(fine_tune(tiny_model, tmp_path, dataset, 40, 4, 3e-3))
     assert reply_probability(trained, tokenizer, context, "click('13')") > 0.8
@@ -82,8 +82,10 @@ def test_deeper_tiny_models_alternate_convolution_and_attention_with_the_same_to
     assert AutoTokenizer.from_pretrained(tmp_path).get_vocab() == tokenizer.get_vocab()
 
 
-def test_the_tiny_tokenizer_holds_miniwob_names_words_and_element_ids_whole(tokenizer):
+def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_element_ids_whole(tokenizer, tmp_path):
     """So that copying a name or an id into a reply, or matching a label to the goal, is one token's work."""
+    assert len(tokenizer.encode("cierra", add_special_tokens=False)) > 1  # the default tokenizer's letters
+    tokenizer = AutoTokenizer.from_pretrained(build_tiny_lfm2(tmp_path, miniwob_vocabulary=True))
     for text in ["Myron", "cierra", "faucibus", "Faucibus", "13", "187"]:
         assert len(tokenizer.encode(text, add_special_tokens=False)) == 1, text
     in_a_reply = tokenizer.encode("fill('14', 'cierra')", add_special_tokens=False)
