@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from env_client import LocalEnvServer
 from metrics import setup_logging
 from scripted_policy import Plan
 from tasks import PRESETS
-from tiny_lfm2 import build_tiny_lfm2
+from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
 from warm_up import fine_tune, right_only, scripted_turns, warm_up_dataset
 
 log = logging.getLogger("reading")
@@ -80,7 +80,7 @@ def table(results: dict) -> str:
 def main(out: Path = Path("outputs/reading")) -> None:
     results = {}
     with LocalEnvServer(TASKS[0], max_sessions=16) as server:
-        tokenizer = AutoTokenizer.from_pretrained(build_tiny_lfm2(out / "tokenizer", miniwob_vocabulary=True))
+        tokenizer = build_tokenizer(miniwob_vocabulary=True)  # the models' own, built the same way
         dataset = warm_up_dataset(server.url, tokenizer, TASKS, right_only, len(TRAIN_SEEDS))
         turns = {
             split: {task: scripted_turns(server.url, tokenizer, task, seeds) for task in TASKS}

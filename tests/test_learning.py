@@ -13,7 +13,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.reading import reply_probability
-from tiny_lfm2 import build_tiny_lfm2
+from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
 from warm_up import fine_tune
 
 from helpers import ROOT
@@ -82,10 +82,10 @@ def test_deeper_tiny_models_alternate_convolution_and_attention_with_the_same_to
     assert AutoTokenizer.from_pretrained(tmp_path).get_vocab() == tokenizer.get_vocab()
 
 
-def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_element_ids_whole(tokenizer, tmp_path):
+def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_element_ids_whole(tokenizer):
     """So that copying a name or an id into a reply, or matching a label to the goal, is one token's work."""
     assert len(tokenizer.encode("cierra", add_special_tokens=False)) > 1  # the default tokenizer's letters
-    tokenizer = AutoTokenizer.from_pretrained(build_tiny_lfm2(tmp_path, miniwob_vocabulary=True))
+    tokenizer = build_tokenizer(miniwob_vocabulary=True)
     for text in ["Myron", "cierra", "faucibus", "Faucibus", "13", "187"]:
         assert len(tokenizer.encode(text, add_special_tokens=False)) == 1, text
     in_a_reply = tokenizer.encode("fill('14', 'cierra')", add_special_tokens=False)
