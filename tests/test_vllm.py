@@ -3,10 +3,14 @@ build) and the real environment server. Everything TRL does with the engine is T
 difference from a GPU is that vLLM's CPU build keeps its weights as loaded (train.keep_vllm_cpu_weights_as_loaded).
 
 The engine runs the tiny fp32 model in bf16 (vLLM's "auto" dtype downcasts fp32 checkpoints, and TRL does not
-pass one), as the real recipe's engine runs bf16 against fp32 master weights. So its log-probabilities of sampled
-tokens differ from the trainer's by bf16 rounding: measured here at most 0.009 (0.001 to 0.002 on average), and
-the tolerance is 0.05, against more than 0.1 that each optimizer step moves them and up to 5 that an unsynced
-LoRA adapter leaves.
+pass one), as the real recipe's engine runs bf16 against fp32 master weights. So its log-probabilities differ
+from the trainer's by bf16 rounding, and how much depends on the token. On a near-certain token it is tiny: the
+right reply's tokens, scored after every optimizer step, differ by at most 0.022 (measured here with the CPU's
+vector units on and off), and the tolerance is 0.05, against more than 0.1 that each optimizer step moves them.
+On a token sampled at middling probability it is the error of its logit itself: most are within 0.01, but one
+in a hundred or so reaches 0.1 to 0.2 (0.19 on CI's machine, 0.14 here with the vector units off), so over
+sampled episodes the test bounds the mean difference per token: 0.001 to 0.004 measured, tolerance 0.01,
+against 5.8 that an unsynced LoRA adapter leaves and 0.24 to 0.79 that scoring each token one place off does.
 """
 
 import logging
@@ -24,7 +28,8 @@ from scripted_policy import plan
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import first_pages, warm_up
 
-BF16_TOLERANCE = 0.05  # per-token log-probability, engine (bf16) against trainer (fp32); see above
+BF16_TOLERANCE = 0.05  # per-token log-probability of a near-certain token, engine (bf16) against trainer (fp32)
+BF16_MEAN_TOLERANCE = 0.01  # the same, averaged over the tokens of sampled episodes; see above
 VLLM = ("--use_vllm", "true", "--vllm_on_cpu", "true", "--vllm_mode", "colocate")
 
 
@@ -89,11 +94,12 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
     recomputed = recomputed_logprobs(trainer, out)
     policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
     difference = (recomputed[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs()
-    assert difference.max() < BF16_TOLERANCE, difference.max()
+    assert difference.mean() < BF16_MEAN_TOLERANCE, (difference.mean(), difference.max())
     if lora:  # the adapter is in the engine too, not only in the trainer
         with trainer.model.disable_adapter():
             base = recomputed_logprobs(trainer, out)
-        assert (base[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs().max() > 10 * BF16_TOLERANCE
+        without_adapter = (base[policy_tokens] - out["sampling_per_token_logps"][policy_tokens]).abs()
+        assert without_adapter.mean() > 10 * BF16_MEAN_TOLERANCE
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "LoRA"])
