@@ -1,6 +1,7 @@
 """Can the tiny LFM2 learn to read the page at all? The question under the learning benchmark's start.
 
-    python bench/reading.py     # about 40 minutes on 2 cores
+    python bench/reading.py                                 # about 40 minutes on 2 cores
+    python bench/reading.py --start MODEL --rounds 1        # from a given model (bench/copying.py's)
 
 GRPO can only sharpen what its starting policy already does some of the time: a policy that reads the goal and
 the page and picks the right element a third of the time improves, one that guesses does not. So before asking
@@ -12,9 +13,10 @@ the same shape (teacher-forced, the whole reply). A model that reads puts its ma
 pages; one that does not splits it between right and wrong alike, or learns the training pages by heart.
 The benchmark's 256-wide model, four layers deep (two of them attention), with a tokenizer that holds MiniWoB's
 names, words and element ids whole (tiny_lfm2.py's `miniwob_vocabulary`), trained in three rounds, each
-evaluated.
+evaluated. `--start` measures from a given model of that tokenizer instead of a random one.
 """
 
+import argparse
 import json
 import logging
 import time
@@ -34,8 +36,7 @@ log = logging.getLogger("reading")
 
 TASKS = PRESETS["page-reading"]
 WIDTH = 256
-# layers -> rounds of STEPS steps, each evaluated, each going on from the one before
-ROUNDS = {4: 3}
+LAYERS, ROUNDS = 4, 3  # rounds of STEPS steps, each evaluated, each going on from the one before
 TRAIN_SEEDS = range(64)
 HELD_OUT_SEEDS = range(1_000_000, 1_000_016)  # evaluate.py's first held-out seeds
 STEPS, BATCH_SIZE, LEARNING_RATE = 120, 16, 1e-3  # a round: 3 passes over the 640 turns
@@ -77,7 +78,7 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(out: Path = Path("outputs/reading")) -> None:
+def main(start: str | None, rounds: int, out: Path) -> None:
     results = {}
     with LocalEnvServer(TASKS[0], max_sessions=16) as server:
         tokenizer = build_tokenizer(miniwob_vocabulary=True)  # the models' own, built the same way
@@ -86,18 +87,18 @@ def main(out: Path = Path("outputs/reading")) -> None:
             split: {task: scripted_turns(server.url, tokenizer, task, seeds) for task in TASKS}
             for split, seeds in zip(SPLITS, (HELD_OUT_SEEDS, TRAIN_SEEDS[:16]))
         }
-    for depth, rounds in ROUNDS.items():
-        model_dir, seconds = str(build_tiny_lfm2(out / f"base-{depth}", WIDTH, depth, miniwob_vocabulary=True)), 0.0
-        for steps in range(STEPS, (rounds + 1) * STEPS, STEPS):
-            start = time.perf_counter()
-            model_dir = fine_tune(model_dir, out / f"sft-{depth}-{steps}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)
-            seconds += time.perf_counter() - start
-            model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
-            results[f"{depth} layers, {steps} steps"] = {"sft_seconds": seconds} | {
-                split: {task: right_and_wrong(model, tokenizer, task_turns) for task, task_turns in by_task.items()}
-                for split, by_task in turns.items()
-            }
-            log.info("%s layers, %s steps done:\n%s", depth, steps, table(results))
+    model_dir = start or str(build_tiny_lfm2(out / f"base-{LAYERS}", WIDTH, LAYERS, miniwob_vocabulary=True))
+    seconds = 0.0
+    for steps in range(STEPS, (rounds + 1) * STEPS, STEPS):
+        began = time.perf_counter()
+        model_dir = fine_tune(model_dir, out / f"sft-{steps}", dataset, STEPS, BATCH_SIZE, LEARNING_RATE)
+        seconds += time.perf_counter() - began
+        model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+        results[f"{steps} steps"] = {"sft_seconds": seconds} | {
+            split: {task: right_and_wrong(model, tokenizer, task_turns) for task, task_turns in by_task.items()}
+            for split, by_task in turns.items()
+        }
+        log.info("%s steps done:\n%s", steps, table(results))
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nSFT on the right actions of {len(dataset)} turns, in steps of {BATCH_SIZE}; the mean probability of the")
     print(f"right action / the plan's wrong one, over the turns of {len(HELD_OUT_SEEDS)} instances per task:")
@@ -105,5 +106,12 @@ def main(out: Path = Path("outputs/reading")) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--start", help="a model with tiny_lfm2.py's miniwob_vocabulary tokenizer; default: a random one"
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--output_dir", default="outputs/reading")
+    args = parser.parse_args()
     setup_logging()
-    main()
+    main(args.start, args.rounds, Path(args.output_dir))

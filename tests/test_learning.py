@@ -1,17 +1,21 @@
 """The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task),
 the bound on what LoRA can reach that chose the benchmark model's width, and what bench/reading.py measures
-with."""
+with, and bench/copying.py's synthetic text."""
 
 import json
+import random
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import torch
 from datasets import Dataset
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from bench.copying import SKILLS, accuracy
+from bench.copying import tokenizer as copying_tokenizer
 from bench.reading import reply_probability
 from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
 from warm_up import fine_tune
@@ -90,3 +94,58 @@ def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_elemen
         assert len(tokenizer.encode(text, add_special_tokens=False)) == 1, text
     in_a_reply = tokenizer.encode("fill('14', 'cierra')", add_special_tokens=False)
     assert {"14", "cierra"} <= {tokenizer.decode([token]) for token in in_a_reply}
+
+
+def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
+    """bench/copying.py's synthetic text: the supervised tokens of each skill are the answer, and nothing else."""
+    rng = random.Random(0)
+    for _ in range(20):
+        tokens, supervised = SKILLS["repeat"](rng)
+        answer = [t for t, s in zip(tokens, supervised) if s]
+        assert (
+            tokens[1 : 1 + len(answer)] == answer
+            and tokens[-len(answer) :] == answer
+            and not supervised[-len(answer) - 1]
+        )
+
+        tokens, supervised = SKILLS["quote"](rng)
+        said = re.findall(r"Say \"([^\"]+)\": '", copying_tokenizer.decode(tokens))
+        spans = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
+        assert spans == said
+
+        tokens, supervised = SKILLS["lookup"](rng)
+        text = copying_tokenizer.decode(tokens)
+        ids = {label: bid for bid, label in re.findall(r"\[(\d+)\] \w+ '([^']+)'", text)}
+        asked = re.findall(r"Click \"([^\"]+)\": click\('", text)
+        answers = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
+        assert len(asked) >= 2 and answers == [ids[label] for label in asked]
+
+
+def test_copying_accuracy_scores_each_supervised_token_against_the_prediction_before_it():
+    examples = [SKILLS["lookup"](random.Random(seed)) for seed in range(3)]
+
+    class Oracle(torch.nn.Module):
+        """Predicts token t+1 at position t, plus `shift` places."""
+
+        def __init__(self, shift: int):
+            super().__init__()
+            self.shift = shift
+
+        def forward(self, input_ids, attention_mask):
+            following = torch.roll(input_ids, -1 - self.shift, dims=1)
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(following, len(copying_tokenizer)).float())
+
+    assert accuracy(Oracle(0), examples) == 1.0
+    assert accuracy(Oracle(1), examples) < 0.1
+
+
+def supervised_spans(supervised: list[bool]) -> list[tuple[int, int]]:
+    """(start, length) of each run of supervised tokens."""
+    spans, start = [], None
+    for i, s in enumerate(supervised + [False]):
+        if s and start is None:
+            start = i
+        elif not s and start is not None:
+            spans.append((start, i - start))
+            start = None
+    return spans

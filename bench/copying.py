@@ -1,0 +1,148 @@
+"""Can the tiny LFM2 learn, from generic text, the copying that reading a page takes?
+
+    python bench/copying.py                     # 30 minutes on 2 cores; the model goes to outputs/copying/model
+    python bench/reading.py --start outputs/copying/model --rounds 1
+
+bench/reading.py found that the tiny model, shown only right actions, never writes the goal's text into a box and
+does not match a button's label: it would have to copy, and a randomly initialised model cannot. A real language
+model arrives able to, from pretraining. This asks whether the tiny one can be given that ability first, cheaply,
+on synthetic text that holds no MiniWoB page, goal or action, only MiniWoB's words and element ids (tiny_lfm2.py's
+`miniwob_vocabulary`), with every answer token supervised so that each sequence teaches many times:
+
+- repeat: random words and ids, then the same again; every token of the repeat needs the model to find where the
+  current token appeared before and write what came after it (the induction mechanism of pretrained LMs).
+- quote: `Say "w1 w2": 'w1 w2'`, several lines; the first word needs the model to find the latest quote and
+  write what follows it (how a fill copies the goal's text).
+- lookup: lines of `[id] role 'label'`, then `Click "label": click('id')` for some of them; the id needs the model
+  to find the label in the list and write the id written before it (how a click reads the page).
+
+Each skill's accuracy is the share of its supervised tokens that the model's most likely next token gets right,
+on fixed held-out sequences, printed as training goes. Then bench/reading.py measures, from this model instead of
+a random one, whether supervision on the real pages now teaches reading.
+"""
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from tiny_lfm2 import build_model, build_tokenizer, miniwob_words
+
+WIDTH, LAYERS = 256, 4  # bench/reading.py's model
+BATCH_SIZE, LEARNING_RATE, WARMUP_STEPS = 32, 1e-3, 100
+ROLES = ["button", "link", "textbox", "tab", "radio", "checkbox", "StaticText", "heading", "option"]
+
+tokenizer = build_tokenizer(miniwob_vocabulary=True)
+WORDS = miniwob_words()
+Example = tuple[list[int], list[bool]]  # tokens, and which of them are supervised
+
+
+def encode(text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def join(parts: list[tuple[str, bool]]) -> Example:
+    tokens, supervised = [tokenizer.bos_token_id], [False]
+    for text, answer in parts:
+        ids = encode(text)
+        tokens += ids
+        supervised += [answer] * len(ids)
+    return tokens, supervised
+
+
+def label(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 1, 1, 2, 3])))
+
+
+def repeat(rng: random.Random) -> Example:
+    items = " " + " ".join(
+        rng.choice(WORDS) if rng.random() < 0.8 else str(rng.randrange(200)) for _ in range(rng.randint(4, 24))
+    )
+    return join([(items, False), (" |", False), (items, True)])
+
+
+def quote(rng: random.Random) -> Example:
+    parts = []
+    for _ in range(rng.randint(2, 6)):
+        text = label(rng)
+        parts += [(f'Say "{text}": \'', False), (text, True), ("'\n", False)]
+    return join(parts)
+
+
+def lookup(rng: random.Random) -> Example:
+    n = rng.randint(3, 12)
+    labels = list(dict.fromkeys(label(rng) for _ in range(3 * n)))[:n]
+    ids = rng.sample(range(10, 200), len(labels))
+    parts = [("".join(f"\t[{i}] {rng.choice(ROLES)} '{text}'\n" for i, text in zip(ids, labels)), False)]
+    for k in rng.sample(range(len(labels)), rng.randint(2, len(labels))):
+        parts += [(f'Click "{labels[k]}": click(\'', False), (str(ids[k]), True), ("')\n", False)]
+    return join(parts)
+
+
+SKILLS = {"repeat": repeat, "quote": quote, "lookup": lookup}
+
+
+def batch(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded tokens, attention mask, and labels: the supervised tokens, -100 elsewhere."""
+    length = max(len(tokens) for tokens, _ in examples)
+    input_ids = torch.full((len(examples), length), tokenizer.pad_token_id)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for row, (tokens, supervised) in enumerate(examples):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        attention_mask[row, : len(tokens)] = 1
+        labels[row, : len(tokens)] = torch.tensor([t if s else -100 for t, s in zip(tokens, supervised)])
+    return input_ids, attention_mask, labels
+
+
+def accuracy(model, examples: list[Example]) -> float:
+    """The share of supervised tokens that are the model's most likely next token."""
+    input_ids, attention_mask, labels = batch(examples)
+    with torch.no_grad():
+        predicted = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].argmax(-1)
+    labels = labels[:, 1:]
+    scored = labels != -100
+    return (predicted[scored] == labels[scored]).float().mean().item()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--output_dir", default="outputs/copying")
+    args = parser.parse_args()
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+
+    held_out_rng, rng = random.Random(1), random.Random(0)
+    held_out = {name: [make(held_out_rng) for _ in range(64)] for name, make in SKILLS.items()}
+    model = build_model(tokenizer, WIDTH, LAYERS)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
+    history, start, step = [], time.perf_counter(), 0
+    while time.perf_counter() - start < args.minutes * 60:
+        makers = list(SKILLS.values())
+        input_ids, attention_mask, labels = batch([rng.choice(makers)(rng) for _ in range(BATCH_SIZE)])
+        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        warmup.step()
+        step += 1
+        if step % 100 == 0:
+            model.eval()
+            row = {"step": step, "minutes": round((time.perf_counter() - start) / 60, 1), "loss": round(loss.item(), 3)}
+            row |= {name: round(accuracy(model, examples), 3) for name, examples in held_out.items()}
+            model.train()
+            history.append(row)
+            print(json.dumps(row), flush=True)
+    model.save_pretrained(output_dir / "model")
+    tokenizer.save_pretrained(output_dir / "model")
+    (output_dir / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history))
+
+
+if __name__ == "__main__":
+    main()
