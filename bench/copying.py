@@ -2,12 +2,13 @@
 
     python bench/copying.py                     # 30 minutes on 2 cores; the model goes to outputs/copying/model
     python bench/reading.py --start outputs/copying/model --rounds 1
+    python bench/copying.py --skills lookup     # one skill alone: all the batches, the same 30 minutes
 
 bench/reading.py found that the tiny model, shown only right actions, never writes the goal's text into a box and
-does not match a button's label: it would have to copy, and a randomly initialised model cannot. A real language
-model arrives able to, from pretraining. This asks whether the tiny one can be given that ability first, cheaply,
-on synthetic text that holds no MiniWoB page, goal or action, only MiniWoB's words and element ids (tiny_lfm2.py's
-`miniwob_vocabulary`), with every answer token supervised so that each sequence teaches many times:
+does not match a button's label: it would have to copy, and the randomly initialised model does not learn to. A
+real language model arrives able to, from pretraining. This asks whether the tiny one can be given that ability
+first, cheaply, on synthetic text that holds no MiniWoB page, goal or action, only MiniWoB's words and element ids
+(tiny_lfm2.py's `miniwob_vocabulary`), with every answer token supervised so that each sequence teaches many times:
 
 - repeat: random words and ids, then the same again; every token of the repeat needs the model to find where the
   current token appeared before and write what came after it (the induction mechanism of pretrained LMs).
@@ -111,6 +112,7 @@ def accuracy(model, examples: list[Example]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--skills", nargs="+", choices=list(SKILLS), default=list(SKILLS), help="trained on")
     parser.add_argument("--output_dir", default="outputs/copying")
     args = parser.parse_args()
     output_dir = Path(args.output_dir)
@@ -121,9 +123,9 @@ def main() -> None:
     model = build_model(tokenizer, WIDTH, LAYERS)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
+    makers = [SKILLS[name] for name in args.skills]
     history, start, step = [], time.perf_counter(), 0
     while time.perf_counter() - start < args.minutes * 60:
-        makers = list(SKILLS.values())
         input_ids, attention_mask, labels = batch([rng.choice(makers)(rng) for _ in range(BATCH_SIZE)])
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         optimizer.zero_grad()
