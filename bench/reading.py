@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from env_client import LocalEnvServer
 from metrics import setup_logging
@@ -80,8 +80,10 @@ def table(results: dict) -> str:
 
 def main(start: str | None, rounds: int, out: Path) -> None:
     results = {}
+    tokenizer = build_tokenizer(miniwob_vocabulary=True)  # the models' own, built the same way
+    if start and AutoTokenizer.from_pretrained(start).get_vocab() != tokenizer.get_vocab():
+        raise SystemExit(f"{start}: its tokenizer is not tiny_lfm2.py's miniwob_vocabulary one, which the turns use")
     with LocalEnvServer(TASKS[0], max_sessions=16) as server:
-        tokenizer = build_tokenizer(miniwob_vocabulary=True)  # the models' own, built the same way
         dataset = warm_up_dataset(server.url, tokenizer, TASKS, right_only, len(TRAIN_SEEDS))
         turns = {
             split: {task: scripted_turns(server.url, tokenizer, task, seeds) for task in TASKS}
