@@ -176,10 +176,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             raise RuntimeError("this session was closed (idle past the server's timeout); connect again")
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.call(self._end_session)
-            self._pool.release(self._worker)
-            self._worker = None
+        # Marked closed before the browser context goes, so a step that arrives meanwhile is told why.
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.call(self._end_session)
+            self._pool.release(worker)
 
     def _reset(self, seed: Optional[int], episode_id: Optional[str], task_name: str) -> BrowserGymObservation:
         if self._task is not None:
