@@ -110,7 +110,7 @@ class ChatTurns:
     def first_prompt(self, observation: BrowserGymObservation) -> list[int]:
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"Goal: {observation.goal}\n\n{self.page(observation)}"},
+            {"role": "user", "content": self.observation_message(observation)},
         ]
         return self._encode(self._render(messages, add_generation_prompt=True))
 
@@ -123,6 +123,13 @@ class ChatTurns:
         if reply_ids and reply_ids[-1] == self.tokenizer.eos_token_id and closing.startswith(eos):
             closing = closing[len(eos) :]
         return self._encode(closing + opening)
+
+    def observation_message(self, observation: BrowserGymObservation, outcome: str | None = None) -> str:
+        """A user message: what became of the last action, if any, then the page, then the goal. The goal comes
+        last, every turn, so that the text a reply copies or matches from it sits just before the reply rather
+        than behind one or more pages (a small model copies near text long before it learns to reach far)."""
+        parts = [outcome] if outcome else []
+        return "\n\n".join(parts + [self.page(observation), f"Goal: {observation.goal}"])
 
     def page(self, observation: BrowserGymObservation) -> str:
         text = compact_page(observation.axtree_txt or observation.text)
@@ -390,7 +397,7 @@ class EpisodeRunner:
             episode.env_reward = float(result.reward or 0.0)
         if not episode.done and turn + 1 < self.max_turns:
             outcome = feedback(turn, action, episode.observation, cut_off=not reply.ended)
-            episode.add_environment(self.chat.next_turn(reply.ids, f"{outcome}\n\n{self.chat.page(episode.observation)}"))
+            episode.add_environment(self.chat.next_turn(reply.ids, self.chat.observation_message(episode.observation, outcome)))
 
     def _end_if_out_of_context(self, episode: Episode) -> bool:
         if self.max_context_tokens is None or len(episode.context()) <= self.max_context_tokens:

@@ -8,11 +8,16 @@ def observation(**fields):
     return BrowserGymObservation(goal="Click the button.", axtree_txt=PAGE, text=PAGE, **fields)
 
 
-def test_first_prompt_is_system_then_goal_and_page_then_assistant_header(tokenizer):
+def test_first_prompt_is_system_then_page_and_goal_then_assistant_header(tokenizer):
     text = tokenizer.decode(ChatTurns(tokenizer).first_prompt(observation()))
     assert text.startswith("<|startoftext|><|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n")
-    assert "<|im_start|>user\nGoal: Click the button.\n\nPage:\n" + PAGE + "<|im_end|>\n" in text
-    assert text.endswith("<|im_start|>assistant\n")
+    assert text.endswith("<|im_start|>user\nPage:\n" + PAGE + "\n\nGoal: Click the button.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_every_later_message_says_the_outcome_then_the_page_then_the_goal_again(tokenizer):
+    chat = ChatTurns(tokenizer)
+    message = chat.observation_message(observation(), "Step 2. Action click('13') done.")
+    assert message == "Step 2. Action click('13') done.\n\nPage:\n" + PAGE + "\n\nGoal: Click the button."
 
 
 def test_page_is_truncated_to_the_configured_length(tokenizer):
@@ -43,7 +48,7 @@ def test_turns_concatenate_to_what_the_chat_template_renders(tokenizer):
     ids = chat.first_prompt(first) + reply + chat.next_turn(reply, "Step 2.")
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Goal: Click the button.\n\n{chat.page(first)}"},
+        {"role": "user", "content": f"{chat.page(first)}\n\nGoal: Click the button."},
         {"role": "assistant", "content": "click('13')"},
         {"role": "user", "content": "Step 2."},
     ]
