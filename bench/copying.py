@@ -13,7 +13,8 @@ first, cheaply, on synthetic text that holds no MiniWoB page, goal or action, on
 - repeat: random words and ids, then the same again; every token of the repeat needs the model to find where the
   current token appeared before and write what came after it (the induction mechanism of pretrained LMs).
 - quote: `Say "w1 w2": 'w1 w2'`, several lines; the first word needs the model to find the latest quote and
-  write what follows it (how a fill copies the goal's text).
+  write what follows it (how a fill copies the goal's text). A third of the quotes are random letters and digits,
+  as MiniWoB writes passwords, which fall apart into several tokens each.
 - lookup: lines of `[id] role 'label'`, then `Click "label": click('id')` for some of them; the id needs the model
   to find the label in the list and write the id written before it (how a click reads the page).
 
@@ -25,6 +26,7 @@ a random one, whether supervision on the real pages now teaches reading.
 import argparse
 import json
 import random
+import string
 import time
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from tiny_lfm2 import build_model, build_tokenizer, miniwob_words
 
 WIDTH, LAYERS = 256, 4  # bench/reading.py's model
 BATCH_SIZE, LEARNING_RATE, WARMUP_STEPS = 32, 1e-3, 100
+ALPHANUMERIC = string.ascii_letters + string.digits
 ROLES = ["button", "link", "textbox", "tab", "radio", "checkbox", "StaticText", "heading", "option"]
 
 tokenizer = build_tokenizer(miniwob_vocabulary=True)
@@ -58,6 +61,11 @@ def label(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.choice([1, 1, 1, 2, 3])))
 
 
+def code(rng: random.Random) -> str:
+    """Two to six random letters and digits, as MiniWoB's generateString writes a password."""
+    return "".join(rng.choice(ALPHANUMERIC) for _ in range(rng.randint(2, 6)))
+
+
 def repeat(rng: random.Random) -> Example:
     items = " " + " ".join(
         rng.choice(WORDS) if rng.random() < 0.8 else str(rng.randrange(200)) for _ in range(rng.randint(4, 24))
@@ -68,7 +76,7 @@ def repeat(rng: random.Random) -> Example:
 def quote(rng: random.Random) -> Example:
     parts = []
     for _ in range(rng.randint(2, 6)):
-        text = label(rng)
+        text = label(rng) if rng.random() < 2 / 3 else code(rng)
         parts += [(f'Say "{text}": \'', False), (text, True), ("'\n", False)]
     return join(parts)
 

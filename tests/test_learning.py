@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
 from bench.reading import reply_probability
-from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
+from tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_up import fine_tune
 
 from helpers import ROOT
@@ -99,6 +99,7 @@ def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_elemen
 def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
     """bench/copying.py's synthetic text: the supervised tokens of each skill are the answer, and nothing else."""
     rng = random.Random(0)
+    quoted = []
     for _ in range(20):
         tokens, supervised = SKILLS["repeat"](rng)
         answer = [t for t, s in zip(tokens, supervised) if s]
@@ -112,6 +113,7 @@ def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
         said = re.findall(r"Say \"([^\"]+)\": '", copying_tokenizer.decode(tokens))
         spans = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
         assert spans == said
+        quoted += said
 
         tokens, supervised = SKILLS["lookup"](rng)
         text = copying_tokenizer.decode(tokens)
@@ -119,6 +121,9 @@ def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
         asked = re.findall(r"Click \"([^\"]+)\": click\('", text)
         answers = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
         assert len(asked) >= 2 and answers == [ids[label] for label in asked]
+    words = set(miniwob_words())
+    passwords = [text for text in quoted if not set(text.split()) <= words]
+    assert 0.2 < len(passwords) / len(quoted) < 0.5 and all(re.fullmatch("[A-Za-z0-9]{2,6}", p) for p in passwords)
 
 
 def test_copying_accuracy_scores_each_supervised_token_against_the_prediction_before_it():
