@@ -397,7 +397,8 @@ class EpisodeRunner:
             episode.env_reward = float(result.reward or 0.0)
         if not episode.done and turn + 1 < self.max_turns:
             outcome = feedback(turn, action, episode.observation, cut_off=not reply.ended)
-            episode.add_environment(self.chat.next_turn(reply.ids, self.chat.observation_message(episode.observation, outcome)))
+            message = self.chat.observation_message(episode.observation, outcome)
+            episode.add_environment(self.chat.next_turn(reply.ids, message))
 
     def _end_if_out_of_context(self, episode: Episode) -> bool:
         if self.max_context_tokens is None or len(episode.context()) <= self.max_context_tokens:

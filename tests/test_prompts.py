@@ -11,7 +11,8 @@ def observation(**fields):
 def test_first_prompt_is_system_then_page_and_goal_then_assistant_header(tokenizer):
     text = tokenizer.decode(ChatTurns(tokenizer).first_prompt(observation()))
     assert text.startswith("<|startoftext|><|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n")
-    assert text.endswith("<|im_start|>user\nPage:\n" + PAGE + "\n\nGoal: Click the button.<|im_end|>\n<|im_start|>assistant\n")
+    user = "<|im_start|>user\nPage:\n" + PAGE + "\n\nGoal: Click the button.<|im_end|>\n"
+    assert text.endswith(user + "<|im_start|>assistant\n")
 
 
 def test_every_later_message_says_the_outcome_then_the_page_then_the_goal_again(tokenizer):
