@@ -1,13 +1,16 @@
 """Proves that the recipe learns, on the CPU: a weak tiny LFM2, then GRPO alone, evaluated before and after.
 
     python bench/learning.py            # the benchmark: six page-reading tasks, curriculum against uniform, LoRA
+    python bench/learning.py --start outputs/copying/model   # the same from an existing bench/copying.py model
     python bench/learning.py --quick    # the short version CI runs: click-test; fails unless success went up
 
-1. A starting policy that is weak but not hopeless, built honestly (warm_up.py): a randomly initialised tiny
-   LFM2 (tiny_lfm2.py) is fine-tuned with TRL's SFTTrainer on real episodes of the tasks, played by their
-   scripted plans: every turn's context is paired with the right action and valid wrong ones, in a mix that
-   solves each task about a third of the time. The right action depends on the goal or the page (which
-   button, which tab, which option, which box, what text), so the policy must read them.
+1. A starting policy that is weak but not hopeless, built honestly (warm_up.py): a tiny LFM2 (tiny_lfm2.py) is
+   fine-tuned with TRL's SFTTrainer on real episodes of the tasks, played by their scripted plans: every turn's
+   context is paired with the right action and valid wrong ones, in a mix that solves each task about a third
+   of the time. The right action depends on the goal or the page (which button, which tab, which option, which
+   box, what text), so the policy must read them. The full benchmark's tiny LFM2 is first taught to copy on
+   synthetic text that holds no page (bench/copying.py, 30 minutes; `--start` reuses its model), as a real
+   model arrives able to from pretraining; the quick one's is randomly initialised.
 2. evaluate.py measures it on held-out seeds, the same for every task, sampling at temperature 1 (the
    distribution GRPO trains).
 3. train.py trains it with GRPO against the real environment, one multi-task run per setting (tasks drawn
@@ -53,6 +56,7 @@ RUNNING_WINDOW = 3  # a task's running success: the mean of its last 3 logged st
 class Benchmark:
     tasks: list[str]
     width: int  # of the tiny LFM2
+    copy_pretrained: bool  # start from bench/copying.py's model (four layers, MiniWoB's words as tokens)
     replies: Replies  # of the warm-up
     warm_up_seeds: int  # task instances per task the warm-up learns from
     warm_up_steps: int
@@ -63,11 +67,9 @@ class Benchmark:
 
 FULL = Benchmark(
     tasks=PRESETS["page-reading"],
-    # LoRA leaves the token embeddings (tied to the output layer) and the final norm frozen, which bounds the
-    # probability any hidden state can put on one token (bench/lora_ceiling.py): 91% for click-test's right
-    # first token at 256 wide, 51% at 64. 256 keeps six tasks' episodes of a thousand tokens and more fast
-    # enough here.
+    # bench/reading.py: the model copies the goal's text into a fill only when it was taught to copy first.
     width=256,
+    copy_pretrained=True,
     replies=a_third_right,
     warm_up_seeds=64,
     warm_up_steps=200,
@@ -83,6 +85,7 @@ FULL = Benchmark(
 QUICK = Benchmark(
     tasks=["click-test"],
     width=64,
+    copy_pretrained=False,
     replies=one_right_of_eight,
     warm_up_seeds=16,
     warm_up_steps=150,
@@ -100,6 +103,17 @@ def grpo(start_model: str, bench: Benchmark, output_dir: Path, env_url: str, *ov
     start = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - start
+
+
+def base_model(bench: Benchmark, out: Path, start: str | None) -> str:
+    """The model the warm-up fine-tunes: `start`, or bench/copying.py's (30 minutes), or a random tiny LFM2."""
+    if not bench.copy_pretrained:
+        return str(build_tiny_lfm2(out / "tiny-lfm2", bench.width))
+    if start is None:
+        subprocess.run([sys.executable, str(ROOT / "bench" / "copying.py"), "--output_dir", str(out / "copying")],
+                       check=True)  # fmt: skip
+        start = str(out / "copying" / "model")
+    return start
 
 
 def measure(model: str, bench: Benchmark, env_url: str, max_turns: int) -> dict:
@@ -194,16 +208,17 @@ def plot(results: dict, run_dirs: dict[str, Path], tasks: list[str], image_file:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI's version: click-test, a 64-wide model, 15 steps")
+    parser.add_argument("--start", help="the full benchmark's copy-pretrained model; default: run bench/copying.py")
     parser.add_argument("--output_dir", default="outputs/learning")
     args = parser.parse_args()
     bench, out = (QUICK if args.quick else FULL), Path(args.output_dir)
     run_dirs = {name: out / name.replace(", ", "-").lower() for name in bench.runs}
     max_turns = yaml.safe_load(bench.grpo_config.read_text())["max_turns"]
 
+    base = base_model(bench, out, args.start)
     with LocalEnvServer(bench.tasks[0], max_sessions=32) as server:
         start = time.perf_counter()
-        base_model = str(build_tiny_lfm2(out / "tiny-lfm2", bench.width))
-        starting_policy = warm_up(base_model, out / "warm-up", server.url, bench.tasks, bench.replies,
+        starting_policy = warm_up(base, out / "warm-up", server.url, bench.tasks, bench.replies,
                                   steps=bench.warm_up_steps, seeds=bench.warm_up_seeds)  # fmt: skip
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
         results = {"starting policy": measure(starting_policy, bench, server.url, max_turns)}
@@ -216,8 +231,8 @@ def main() -> None:
                 "to_target": to_target(logged_steps(run_dir / METRICS_FILE), bench.tasks),
             }
             log.info("after %s:\n%s", name, table(results, bench.tasks))
+            (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")  # each run's, as it ends
 
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, run_dirs, bench.tasks, out / "learning_curves.png")
     print(f"\n{bench.episodes} held-out episodes per task, sampled at temperature 1, up to {max_turns} turns:")
     print(table(results, bench.tasks))

@@ -5,8 +5,8 @@
 LoRA adapts the layers below the final norm, so the most it can do is choose the hidden state that
 enters that norm. The norm scales any hidden state to the same length before the frozen (here tied)
 output layer scores it, which bounds how far one token's logit can stand above the other thousand. This
-finds that bound by gradient ascent on a free hidden state. It is why the learning benchmark's tiny LFM2
-is 512 wide: the bound for click-test's right first token is about 51% at 64 wide and 99% at 512.
+finds that bound by gradient ascent on a free hidden state. It is why the click-test benchmark's tiny LFM2
+was 512 wide: the bound for click-test's right first token is about 51% at 64 wide and 99% at 512.
 """
 
 import argparse
