@@ -11,6 +11,7 @@ from trl import get_peft_config
 
 from helpers import ROOT, parse_config
 from tasks import PRESETS
+from tiny_lfm2 import build_tokenizer
 from train import ConfigError, parse_args, seed_dataset
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
@@ -119,9 +120,13 @@ def test_the_page_reading_benchmark_config_gives_every_task_room_for_its_actions
     env_args, rollout_args, training_args, _ = parse_config("configs/page_reading.yaml")
     assert list(env_args.task_weights()) == PRESETS["page-reading"] and rollout_args.curriculum is False
     assert env_args.max_turns >= 3  # login-user's three actions
-    # A fill of a 12-letter word (longer than enter-text's and login-user's words seen here) and its end fit.
-    longest = tokenizer.encode("fill('16', 'Christabella')", add_special_tokens=False) + [tokenizer.eos_token_id]
-    assert len(longest) <= training_args.max_completion_length and training_args.use_vllm is False
+    # A fill of a 12-letter name, or of a six-character password, and its end fit, in the tests' tokenizer and in
+    # the benchmark's (MiniWoB's words whole, random letters apart).
+    for words in (tokenizer, build_tokenizer(miniwob_vocabulary=True)):
+        for fill in ("fill('16', 'Christabella')", "fill('119', 'Zq8wX2')"):
+            reply = words.encode(fill, add_special_tokens=False) + [words.eos_token_id]
+            assert len(reply) <= training_args.max_completion_length
+    assert training_args.use_vllm is False
 
 
 def test_an_unknown_command_line_argument_is_named():
