@@ -55,8 +55,7 @@ RUNNING_WINDOW = 3  # a task's running success: the mean of its last 3 logged st
 @dataclass
 class Benchmark:
     tasks: list[str]
-    width: int  # of the tiny LFM2
-    copy_pretrained: bool  # start from bench/copying.py's model (four layers, MiniWoB's words as tokens)
+    width: int | None  # of a randomly initialised tiny LFM2; None: bench/copying.py's model (256 wide, 4 layers)
     replies: Replies  # of the warm-up
     warm_up_seeds: int  # task instances per task the warm-up learns from
     warm_up_steps: int
@@ -68,8 +67,7 @@ class Benchmark:
 FULL = Benchmark(
     tasks=PRESETS["page-reading"],
     # bench/reading.py: the model copies the goal's text into a fill only when it was taught to copy first.
-    width=256,
-    copy_pretrained=True,
+    width=None,
     replies=a_third_right,
     warm_up_seeds=64,
     warm_up_steps=200,
@@ -85,7 +83,6 @@ FULL = Benchmark(
 QUICK = Benchmark(
     tasks=["click-test"],
     width=64,
-    copy_pretrained=False,
     replies=one_right_of_eight,
     warm_up_seeds=16,
     warm_up_steps=150,
@@ -107,7 +104,7 @@ def grpo(start_model: str, bench: Benchmark, output_dir: Path, env_url: str, *ov
 
 def base_model(bench: Benchmark, out: Path, start: str | None) -> str:
     """The model the warm-up fine-tunes: `start`, or bench/copying.py's (30 minutes), or a random tiny LFM2."""
-    if not bench.copy_pretrained:
+    if bench.width is not None:
         return str(build_tiny_lfm2(out / "tiny-lfm2", bench.width))
     if start is None:
         subprocess.run([sys.executable, str(ROOT / "bench" / "copying.py"), "--output_dir", str(out / "copying")],
