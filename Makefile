@@ -1,5 +1,5 @@
 # make smoke   set up, then train a weak tiny policy with GRPO on the CPU against a local environment server
-# make test    set up, then run the test suite (what CI runs)
+# make test    set up, then lint and run the test suite (what CI runs)
 # make setup   only set up: a virtual environment in .venv, Chromium, and the tiny test model
 
 PYTHON ?= python3
@@ -55,6 +55,8 @@ smoke: setup .cache/smoke-start/config.json
 	$(PY) train.py --config configs/smoke.yaml
 
 test: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest
 
 clean:

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
+from arguments import EnvArguments
 from env_protocol import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
@@ -60,8 +62,7 @@ class LocalEnvServer:
     """env_server.py as a child process for the length of a `with` block; its browsers go with it.
     `server_args` go to env_server.py as they are (e.g. ["--idle-timeout-s", "60"])."""
 
-    def __init__(self, task: str, max_sessions: int, server_args: list[str] = (), startup_timeout_s: float = 180.0):
-        self.task = task
+    def __init__(self, max_sessions: int = 16, server_args: list[str] = (), startup_timeout_s: float = 180.0):
         self.max_sessions = max_sessions
         self.server_args = list(server_args)
         self.startup_timeout_s = startup_timeout_s
@@ -77,7 +78,7 @@ class LocalEnvServer:
 
     def start(self) -> None:
         script = Path(__file__).with_name("env_server.py")
-        command = [sys.executable, str(script), "--port", self.url.rsplit(":", 1)[1], "--task", self.task]
+        command = [sys.executable, str(script), "--port", self.url.rsplit(":", 1)[1]]
         command += ["--max-sessions", str(self.max_sessions), "--parent-pid", str(os.getpid()), *self.server_args]
         # Its own process group, so that stopping it also stops the browsers it launched; and it watches
         # this process, so that it stops by itself if this one is killed.
@@ -148,6 +149,8 @@ class ServerPool:
     """
 
     def __init__(self, servers: list, recovery_wait_s: float | None = None):
+        if not servers:
+            raise ValueError("a pool of environment servers needs at least one")
         self.servers = list(servers)
         self.recovery_wait_s = REMOTE_RECOVERY_WAIT_S if recovery_wait_s is None else recovery_wait_s
         self._out: dict[int, threading.Thread | None] = {}  # the servers out of the rotation, and their restarts
@@ -161,11 +164,6 @@ class ServerPool:
         with ThreadPoolExecutor(max_workers=len(servers)) as starting:
             list(starting.map(lambda server: server.start(), servers))
         return cls(servers, recovery_wait_s)
-
-    @classmethod
-    def of(cls, env_url: str) -> "ServerPool":
-        """The servers of an `env_url`: one URL, or several separated by commas."""
-        return cls([url.strip() for url in env_url.split(",") if url.strip()])
 
     @property
     def urls(self) -> list[str]:
@@ -199,3 +197,16 @@ class ServerPool:
         deadline = time.monotonic() + self.recovery_wait_s
         while not self.up() and time.monotonic() < deadline:
             time.sleep(0.5)
+
+
+def open_server_pool(
+    stack: contextlib.ExitStack, env: EnvArguments, max_sessions: int, new_server: Callable = LocalEnvServer
+) -> ServerPool:
+    """The servers a run plays on, decided here alone: env.env_url's, or else env.env_servers servers that the run
+    starts side by side and `stack` stops. `new_server(max_sessions)` makes one: an env_server.py process by
+    default, a Modal sandbox in modal_app.py. Each can hold the whole batch, so that the others can take over a
+    failed one's sessions."""
+    if env.env_url:
+        return ServerPool(env.env_url)
+    servers = [new_server(max_sessions) for _ in range(env.env_servers)]
+    return ServerPool.started(stack, servers, recovery_wait_s=servers[0].startup_timeout_s)

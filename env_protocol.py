@@ -7,8 +7,6 @@ all import this module; it imports neither side, so a trainer that talks to a re
 server's browsers.
 """
 
-from typing import Optional
-
 from browsergym.miniwob import ALL_MINIWOB_TASKS
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
@@ -18,7 +16,9 @@ DEFAULT_TASK = "click-test"
 MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
 
 # Every MiniWoB task BrowserGym registers (and scores), by the name a reset takes: click-test, enter-text, ...
-MINIWOB_TASKS: tuple[str, ...] = tuple(sorted(task.get_task_id().removeprefix("miniwob.") for task in ALL_MINIWOB_TASKS))
+MINIWOB_TASKS: tuple[str, ...] = tuple(
+    sorted(task.get_task_id().removeprefix("miniwob.") for task in ALL_MINIWOB_TASKS)
+)
 
 
 class BrowserGymAction(Action):
@@ -28,7 +28,7 @@ class BrowserGymAction(Action):
 class BrowserGymObservation(Observation):
     text: str = Field(default="", description="Text view of the page (the accessibility tree)")
     url: str = Field(default="")
-    screenshot: Optional[list[list[list[int]]]] = Field(default=None, description="RGB pixels, only on request")
+    screenshot: list[list[list[int]]] | None = Field(default=None, description="RGB pixels, only on request")
     goal: str = Field(default="")
     axtree_txt: str = Field(default="")
     pruned_html: str = Field(default="")
@@ -39,8 +39,8 @@ class BrowserGymObservation(Observation):
 class BrowserGymState(State):
     benchmark: str = Field(default="miniwob")
     task_name: str = Field(default="")
-    task_id: Optional[str] = Field(default=None)
+    task_id: str | None = Field(default=None)
     goal: str = Field(default="")
     current_url: str = Field(default="")
-    max_steps: Optional[int] = Field(default=None)
+    max_steps: int | None = Field(default=None)
     cum_reward: float = Field(default=0.0)

@@ -14,6 +14,7 @@ last page as PNG, to --output_dir.
 The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -24,12 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from peft import AutoPeftModelForCausalLM
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, HfArgumentParser
+from transformers import HfArgumentParser
 
-from env_client import LocalEnvServer, ServerPool
-from metrics import setup_logging
-from rollout import EnvArguments, Episode, EpisodeRunner, GenerateFn, episode_metrics, episodes_by_task, sample_replies
+from arguments import EnvArguments
+from env_client import ServerPool, open_server_pool
+from generation import load_policy, model_generate
+from metrics import episode_metrics, episodes_by_task, setup_logging
+from rollout import Episode, EpisodeRunner, sampling
 
 log = logging.getLogger("evaluate")
 
@@ -58,36 +60,6 @@ def default_output_dir(model: str, env: EnvArguments) -> str:
     if Path(model).is_dir():
         return str(Path(model) / f"eval-{tasks}")
     return f"eval-{model.replace('/', '--')}-{tasks}"
-
-
-def load_policy(path: str):
-    """A full model, or a LoRA adapter merged into its base model (the adapter directory names the base)."""
-    if (Path(path) / "adapter_config.json").exists():
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto").merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
-    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    return model, AutoTokenizer.from_pretrained(path)
-
-
-def end_of_turn_ids(model, tokenizer) -> list[int]:
-    """The ids that end a reply, by the rule training stops on (TRL's): the tokenizer's and the model's own."""
-    declared = model.generation_config.eos_token_id
-    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
-    return list(dict.fromkeys([tokenizer.eos_token_id, *declared]))
-
-
-def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
-    # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
-    eos_token_ids = end_of_turn_ids(model, tokenizer)
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=eos_token_ids,
-        **(sampling or {"do_sample": False}),
-    )
-    return lambda contexts: sample_replies(model, contexts, config, tokenizer.pad_token_id, eos_token_ids, temperature)
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -135,13 +107,11 @@ def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
             Image.fromarray(pixels).save(directory / f"episode-{index:04d}-{name}.png")
 
 
-def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, tokenizer) -> list[Episode]:
+def run_episodes(args: EvalArguments, env: EnvArguments, servers: ServerPool, model, tokenizer) -> list[Episode]:
     """args.episodes episodes of each task, on the same held-out seeds, in batches that mix tasks."""
-    generate = model_generate(model, tokenizer, args.temperature, args.max_new_tokens)
-    runner = EpisodeRunner(
-        ServerPool.of(env_url), tokenizer, env.max_turns, env.max_page_chars, screenshots=args.screenshots, token=env.env_token,
-        timeout_s=env.env_timeout_s, max_context_tokens=model.config.max_position_embeddings - args.max_new_tokens,
-    )  # fmt: skip
+    policy = sampling(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
+    max_context_tokens = model.config.max_position_embeddings - args.max_new_tokens
+    runner = EpisodeRunner(servers, tokenizer, env, screenshots=args.screenshots)
     output_dir = Path(args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     episodes = []
@@ -150,7 +120,7 @@ def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, to
             seeds = range(args.first_seed, args.first_seed + args.episodes)
             instances = [(task, seed) for task in env.task_weights() for seed in seeds]
             for start in range(0, len(instances), args.batch_size):
-                for episode in runner.run(instances[start : start + args.batch_size], generate):
+                for episode in runner.run(instances[start : start + args.batch_size], policy, max_context_tokens):
                     records.write(json.dumps(episode_record(len(episodes), episode)) + "\n")
                     if args.screenshots:
                         save_screenshots(len(episodes), episode, output_dir)
@@ -165,16 +135,14 @@ def run_episodes(args: EvalArguments, env: EnvArguments, env_url: str, model, to
 
 
 def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
-    """Runs the episodes (on env.env_url, else on a local server of its own) and returns the summary."""
+    """Runs the episodes (on env.env_url, else on local servers of its own) and returns the summary."""
     torch.manual_seed(args.seed)
     args.output_dir = args.output_dir or default_output_dir(args.model, env)
     model, tokenizer = load_policy(args.model)
     start = time.perf_counter()
-    if env.env_url is None:
-        with LocalEnvServer(env.task_name, max_sessions=args.batch_size) as server:
-            episodes = run_episodes(args, env, server.url, model, tokenizer)
-    else:
-        episodes = run_episodes(args, env, env.env_url, model, tokenizer)
+    with contextlib.ExitStack() as stack:
+        servers = open_server_pool(stack, env, max_sessions=args.batch_size)
+        episodes = run_episodes(args, env, servers, model, tokenizer)
     settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
     tasks = {task: summarize(of_task) for task, of_task in episodes_by_task(episodes).items()}
     summary = summarize(episodes) | {
@@ -220,8 +188,10 @@ def task_table(summary: dict) -> str:
     for task, t in summary["tasks"].items():
         low, high = t["ci95"]
         turns = "-" if t["mean_turns_to_success"] is None else f"{t['mean_turns_to_success']:.2f}"
-        rows.append(f"  {task:<24} {100 * t['success_rate']:7.1f}%  {100 * low:5.1f}-{100 * high:4.1f}%  "
-                    f"{turns:>5}  {100 * t['unparsed_share']:8.1f}%")  # fmt: skip
+        rows.append(
+            f"  {task:<24} {100 * t['success_rate']:7.1f}%  {100 * low:5.1f}-{100 * high:4.1f}%  "
+            f"{turns:>5}  {100 * t['unparsed_share']:8.1f}%"
+        )
     rows.append(f"  {'mean over tasks':<24} {100 * summary['mean_success_rate']:7.1f}%")
     return "\n".join(rows)
 
@@ -245,6 +215,7 @@ def report(summary: dict) -> str:
         f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%\n"
         f"  episodes and summary in {args['output_dir']}"
     )
+
 
 if __name__ == "__main__":
     setup_logging()

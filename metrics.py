@@ -1,6 +1,8 @@
-"""What a run reports: one line per GRPO step, every logged step in metrics.jsonl, and the learning curve.
+"""What a run reports: the figures of a batch of episodes, one line per GRPO step, every logged step in
+metrics.jsonl, and the learning curve.
 
-train.py logs through these; evaluate.py and the benchmarks read metrics.jsonl back with `logged_steps`.
+train.py logs through these; evaluate.py summarizes its episodes with them, and the benchmarks read
+metrics.jsonl back with `logged_steps`.
 """
 
 import json
@@ -27,14 +29,51 @@ def with_training_time(logs: dict) -> dict:
     return logs | {"time/training_s": logs["step_time"] - logs["time/generation_s"] - logs["time/environment_s"]}
 
 
-def task_success(row: dict) -> dict[str, float]:
+def episodes_by_task(episodes: list) -> dict[str, list]:
+    """The episodes (rollout.Episode) of each task, tasks in the order they first appear."""
+    by_task: dict[str, list] = {}
+    for episode in episodes:
+        by_task.setdefault(episode.task_name, []).append(episode)
+    return by_task
+
+
+def episode_metrics(episodes: list) -> dict[str, float]:
+    """Success, turns, the share of replies without an action and of episodes cut at the engine's length, over a
+    batch of episodes (rollout.Episode), and each task's success."""
+    replies = [action for e in episodes for action in e.actions]
+    per_task = {
+        f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task)
+        for task, of_task in episodes_by_task(episodes).items()
+    }
+    return {
+        "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
+        "episodes/turns": len(replies) / len(episodes),
+        "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
+        "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
+    } | per_task
+
+
+def same_reward_share(groups: list, episodes: list) -> float:
+    """The share of GRPO groups (`groups[i]` names episode i's) whose episodes all got the same reward: GRPO
+    learns nothing from them."""
+    rewards_of_group = {}
+    for group, episode in zip(groups, episodes, strict=True):
+        rewards_of_group.setdefault(group, set()).add(episode.solved)
+    return sum(len(rewards) == 1 for rewards in rewards_of_group.values()) / len(rewards_of_group)
+
+
+def task_success_rates(row: dict) -> dict[str, float]:
     """{task: success rate} of a logged step's tasks."""
-    return {key.split("/")[1]: value for key, value in row.items() if key.startswith("tasks/") and key.endswith("/success_rate")}
+    return {
+        key.split("/")[1]: value
+        for key, value in row.items()
+        if key.startswith("tasks/") and key.endswith("/success_rate")
+    }
 
 
 def weakest_task(logs: dict) -> str:
-    """ (weakest TASK RATE%) when the step played several tasks, else nothing."""
-    success = task_success(logs)
+    """(weakest TASK RATE%) when the step played several tasks, else nothing."""
+    success = task_success_rates(logs)
     if len(success) < 2:
         return ""
     task = min(success, key=success.get)
@@ -51,13 +90,22 @@ class StepPrinter(TrainerCallback):
         log.info(
             "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
             " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs",
-            state.global_step, state.max_steps, 100 * logs.get("episodes/success_rate", float("nan")), weakest_task(logs),
-            logs["reward"], logs.get("reward_std", 0.0), logs.get("episodes/turns", float("nan")),
-            100 * logs.get("episodes/unparsed_share", float("nan")), logs.get("loss", float("nan")),
-            logs.get("entropy", float("nan")), logs.get("learning_rate", 0.0), logs.get("episodes/per_second", 0.0),
-            logs.get("time/generation_s", float("nan")), logs.get("time/environment_s", float("nan")),
+            state.global_step,
+            state.max_steps,
+            100 * logs.get("episodes/success_rate", float("nan")),
+            weakest_task(logs),
+            logs["reward"],
+            logs.get("reward_std", 0.0),
+            logs.get("episodes/turns", float("nan")),
+            100 * logs.get("episodes/unparsed_share", float("nan")),
+            logs.get("loss", float("nan")),
+            logs.get("entropy", float("nan")),
+            logs.get("learning_rate", 0.0),
+            logs.get("episodes/per_second", 0.0),
+            logs.get("time/generation_s", float("nan")),
+            logs.get("time/environment_s", float("nan")),
             logs.get("time/training_s", float("nan")),
-        )  # fmt: skip
+        )
 
 
 class MetricsLog(TrainerCallback):
@@ -92,7 +140,9 @@ def success_trend(rows: dict[int, dict]) -> str:
     steps = sorted(rows)
     n = max(1, min(3, len(steps) // 2))
     first, last = ([rows[s]["episodes/success_rate"] for s in part] for part in (steps[:n], steps[-n:]))
-    return f"success {100 * sum(first) / n:.0f}% over the first {n} step(s), {100 * sum(last) / n:.0f}% over the last {n}"
+    return (
+        f"success {100 * sum(first) / n:.0f}% over the first {n} step(s), {100 * sum(last) / n:.0f}% over the last {n}"
+    )
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
@@ -114,11 +164,16 @@ def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
     top.plot(steps, success, ".", alpha=0.4, label="per step")
     top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
-    tasks = sorted({task for s in steps for task in task_success(rows[s])})
+    tasks = sorted({task for s in steps for task in task_success_rates(rows[s])})
     for task in tasks if len(tasks) > 1 else []:  # one line per task, each a moving average over its own steps
-        played = [s for s in steps if task in task_success(rows[s])]
-        top.plot(played, moving_average([rows[s][f"tasks/{task}/success_rate"] for s in played], window), "-",
-                 lw=1, label=task)  # fmt: skip
+        played = [s for s in steps if task in task_success_rates(rows[s])]
+        top.plot(
+            played,
+            moving_average([rows[s][f"tasks/{task}/success_rate"] for s in played], window),
+            "-",
+            lw=1,
+            label=task,
+        )
     top.set_ylabel("success rate (training episodes)")
     top.set_ylim(-0.05, 1.05)
     top.legend(loc="lower right", fontsize="small")

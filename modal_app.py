@@ -15,10 +15,10 @@ and RNG state restored.
 """
 
 import datetime
+import functools
 import os
 import secrets
 import sys
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,14 +28,27 @@ from openenv.core.containers.runtime.modal_provider import ModalProvider
 from transformers import TrainerCallback
 
 import train
-from env_client import ServerPool
 from env_protocol import TOKEN_VARIABLE
 from metrics import setup_logging
 
 PROJECT_DIR = Path(__file__).parent
 # train.py and what it imports; and env_server.py, the context (with actions.py and env_protocol.py) from which
 # the Dockerfile builds the environment servers' image.
-LOCAL_MODULES = ("train", "rollout", "tasks", "metrics", "rewards", "env_client", "env_protocol", "actions", "env_server")
+LOCAL_MODULES = (
+    "train",
+    "arguments",
+    "rollout",
+    "generation",
+    "prompts",
+    "tasks",
+    "metrics",
+    "rewards",
+    "env_client",
+    "env_protocol",
+    "actions",
+    "env_server",
+    "miniwob_env",
+)
 DOCKERFILE = "Dockerfile"
 SANDBOX_START_TIMEOUT_S = 600  # a sandbox's first start builds the image: minutes
 CHECKPOINT_VOLUME = "browser-rl-checkpoints"
@@ -96,6 +109,8 @@ class EnvServerSandbox:
     the Dockerfile, on an https tunnel, refusing clients without the run's token. A restart replaces the sandbox,
     and with it the URL; ServerPool follows."""
 
+    startup_timeout_s = SANDBOX_START_TIMEOUT_S
+
     def __init__(self, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
         self.provider = ModalProvider(
             app_name=app.name,
@@ -122,12 +137,6 @@ class EnvServerSandbox:
         self.provider.stop_container()
 
 
-def start_env_servers(stack: ExitStack, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
-    """settings.modal_env_servers environment servers, started side by side, stopped when `stack` closes."""
-    servers = [EnvServerSandbox(settings, max_sessions, token, adapter) for _ in range(settings.modal_env_servers)]
-    return ServerPool.started(stack, servers, recovery_wait_s=SANDBOX_START_TIMEOUT_S)
-
-
 class CommitCheckpoints(TrainerCallback):
     """Makes each checkpoint durable as soon as it is written: a preempted attempt loses at most save_steps."""
 
@@ -151,16 +160,14 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
     env_args, rollout_args, training_args, model_args, settings = train.parse_args(args, launcher=ModalArguments)
-    with ExitStack() as stack:
-        servers, callbacks = None, []
-        if not modal.is_local():
-            callbacks = [CommitCheckpoints()]
-            if env_args.env_url is None:
-                env_args.env_token = secrets.token_hex(16)
-                servers = start_env_servers(stack, settings, training_args.generation_batch_size, env_args.env_token)
-        train.main(env_args, rollout_args, training_args, model_args, callbacks, servers)
-    if not modal.is_local():
-        checkpoints.commit()
+    if modal.is_local():
+        train.main(env_args, rollout_args, training_args, model_args)
+        return run_name
+    if not env_args.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
+        env_args.env_servers, env_args.env_token = settings.modal_env_servers, secrets.token_hex(16)
+    sandbox = functools.partial(EnvServerSandbox, settings, token=env_args.env_token)
+    train.main(env_args, rollout_args, training_args, model_args, [CommitCheckpoints()], sandbox)
+    checkpoints.commit()
     return run_name
 
 

@@ -6,7 +6,11 @@ The tests use them to drive the environment, the benchmarks to time it, and the 
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from generation import Reply
+from rollout import Episode, Policy
 
 
 @dataclass
@@ -41,7 +45,9 @@ def click_button(goal: str, page: str) -> Plan:
 def enter_text(goal: str, page: str) -> Plan:
     (text,) = quoted(goal)
     box, submit = bids(page, "textbox")[0], bids(page, "button", "Submit")[0]
-    return Plan(right=[f"fill('{box}', '{text}')", f"click('{submit}')"], wrong=[f"fill('{box}', '{text}x')", f"focus('{box}')"])
+    return Plan(
+        right=[f"fill('{box}', '{text}')", f"click('{submit}')"], wrong=[f"fill('{box}', '{text}x')", f"focus('{box}')"]
+    )
 
 
 def login_user(goal: str, page: str) -> Plan:
@@ -56,13 +62,19 @@ def login_user(goal: str, page: str) -> Plan:
 
 def click_tab(goal: str, page: str) -> Plan:
     (target,) = re.findall(r"Tab #\d+", goal)
-    right, wrong = bids(page, "tab", target)[0], next(b for b in bids(page, "tab") if b not in bids(page, "tab", target))
+    right, wrong = (
+        bids(page, "tab", target)[0],
+        next(b for b in bids(page, "tab") if b not in bids(page, "tab", target)),
+    )
     return Plan(right=[f"click('{right}')"], wrong=[f"click('{wrong}')"])
 
 
 def click_option(goal: str, page: str) -> Plan:
     (option,) = re.findall(r"Select (.*) and click Submit", goal)
-    right, wrong = bids(page, "radio", option)[0], next(b for b in bids(page, "radio") if b not in bids(page, "radio", option))
+    right, wrong = (
+        bids(page, "radio", option)[0],
+        next(b for b in bids(page, "radio") if b not in bids(page, "radio", option)),
+    )
     submit = bids(page, "button", "Submit")[0]
     return Plan(right=[f"click('{right}')", f"click('{submit}')"], wrong=[f"click('{wrong}')", f"focus('{submit}')"])
 
@@ -85,14 +97,28 @@ PLANS = {
 }
 
 
-def episode_so_far(conversation: str) -> tuple[str, str, int]:
-    """The goal, the pages (the first one first) and the number of replies of an episode's conversation, rendered
-    as text: rollout.py's first message holds "Goal: ..." and "Page:", and each later one opens with "Step N."."""
-    goal = re.search(r"Goal: (.*)", conversation).group(1)
-    pages = conversation[conversation.index("Page:\n") :]
-    return goal, pages, len(re.findall(r"Step \d+\. ", conversation))
-
-
 def plan(task: str, goal: str, page: str) -> Plan:
     """The scripted plan for an instance of `task`, from its goal and its first page's accessibility tree."""
     return PLANS[task](goal, page)
+
+
+def plan_of(episode: Episode) -> Plan:
+    """The plan of an episode's task instance, from the goal and the page it started on."""
+    first = episode.first_observation
+    return plan(episode.task_name, first.goal, first.axtree_txt)
+
+
+def written(tokenizer, action: str) -> Reply:
+    """`action` as a reply the policy wrote and ended."""
+    ids = tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]
+    return Reply(ids, [0.0] * len(ids), ended=True)
+
+
+def right_action(task_plan: Plan, step: int) -> str:
+    return task_plan.right[step]
+
+
+def following_plans(tokenizer, choose: Callable[[Plan, int], str] = right_action) -> Policy:
+    """A policy that replies to each episode with `choose(its plan, the number of actions it has taken)`: by
+    default the plan's right action, which solves the instance."""
+    return lambda episodes: [written(tokenizer, choose(plan_of(e), e.turns)) for e in episodes]

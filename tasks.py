@@ -70,4 +70,3 @@ class TaskSampler:
     def update(self, task: str, solved: list[bool]) -> None:
         rate = sum(solved) / len(solved)
         self.success[task] = SUCCESS_SMOOTHING * self.success[task] + (1 - SUCCESS_SMOOTHING) * rate
-

@@ -5,18 +5,17 @@
     python train.py --config configs/smoke.yaml          # tiny model on the CPU, a few minutes
 
 Every option of TRL's GRPOConfig and ModelConfig works in the YAML file and on the command line, plus the
-environment's (rollout.EnvArguments) and this script's RolloutArguments below. Without `env_url`, an
-environment server is started locally and stopped at exit.
+recipe's own (arguments.py: EnvArguments, RolloutArguments). Without `env_url`, environment servers are started
+locally and stopped at exit.
 
-The agent loop lives in rollout.py, the step line, metrics.jsonl and the learning curve in metrics.py; this
-file wires them into TRL's GRPOTrainer.
+The agent loop lives in rollout.py, generation in generation.py, the step line, metrics.jsonl and the learning
+curve in metrics.py; this file wires them into TRL's GRPOTrainer.
 """
 
 import contextlib
 import difflib
 import itertools
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,58 +26,19 @@ import yaml
 from datasets import Dataset
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
-from trl.models import unwrap_model_for_generation
 
-from env_client import LocalEnvServer, ServerPool
-from metrics import MetricsLog, StepPrinter, setup_logging
+from arguments import EnvArguments, RolloutArguments
+from env_client import LocalEnvServer, open_server_pool
+from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
+from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
-from rollout import (
-    EnvArguments,
-    Episode,
-    EnvironmentFailure,
-    EpisodeRunner,
-    GenerateFn,
-    Reply,
-    episode_metrics,
-    episodes_by_task,
-    sample_replies,
-    until_end_of_turn,
-)
+from rollout import EnvironmentFailure, Episode, EpisodeRunner, sampling
 from tasks import TaskSampler
 
 log = logging.getLogger("train")
 
 # Config keys of the cloud launcher (modal_app.py parses and checks them); train.py itself leaves them alone.
 LAUNCHER_KEY_PREFIX = "modal_"
-
-
-@dataclass
-class RolloutArguments:
-    """Which task instances train.py's rollouts play, on how many local servers, and how it recovers when the
-    environment fails."""
-
-    num_task_seeds: int = field(default=1000, metadata={"help": "distinct seeds to train on, for each task"})
-    curriculum: bool = field(
-        default=False, metadata={"help": "draw tasks by p(1-p) of their running success, not by weight alone"}
-    )
-    env_servers: int = field(
-        default=0,
-        metadata={"help": "env_server.py processes to start when env_url is unset; 0: one per 4 CPU cores"},
-    )
-    max_env_failures: int = field(
-        default=3, metadata={"help": "environment failures in a row before the run stops (each re-runs the step)"}
-    )
-
-    def __post_init__(self):
-        if self.num_task_seeds <= 0:
-            raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
-        if self.env_servers < 0:
-            raise ValueError(f"env_servers must be 0 (one per 4 cores) or more, got {self.env_servers}")
-        if self.max_env_failures < 0:
-            raise ValueError(f"max_env_failures must be 0 or more, got {self.max_env_failures}")
-        # A server's own Python is about a quarter of an episode's CPU and runs on one core (one interpreter lock);
-        # the browsers take the rest. One server per 4 cores keeps no interpreter the bottleneck.
-        self.env_servers = self.env_servers or max(1, (os.cpu_count() or 1) // 4)
 
 
 @dataclass
@@ -102,53 +62,12 @@ class RecipeConfig(GRPOConfig):
         super().__post_init__()
 
 
-def keep_vllm_cpu_weights_as_loaded() -> None:
-    """vLLM's CPU build repacks each linear layer's weight into its kernels' layout once loaded, and drops the
-    weight as loaded. TRL's colocated weight sync writes into the weights as loaded, so on a CPU it would have
-    nowhere to write (and LFM2's convolution would read its repacked weight in the wrong shape). Kept as loaded
-    and multiplied with torch's own linear, a CPU engine syncs exactly as a GPU one does."""
-    from vllm.model_executor.layers import utils
-
-    def as_loaded(layer, remove_weight: bool) -> None:
-        layer.cpu_linear = torch.nn.functional.linear
-
-    utils.dispatch_cpu_unquantized_gemm = as_loaded
-
-
 def seed_dataset(num_seeds: int) -> Dataset:
     """One row per seed. GRPO compares the episodes of one row, so they all replay one task instance: the seed,
     and the task the sampler draws for the row when its batch is played. The prompt is only the row's name,
     because the real prompt is the page the episode starts on."""
     seeds = range(num_seeds)
     return Dataset.from_dict({"prompt": [f"seed {seed}" for seed in seeds], "seed": list(seeds)})
-
-
-def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
-    """Batched sampling with the training model itself."""
-
-    def generate(contexts: list[list[int]]) -> list[Reply]:
-        with unwrap_model_for_generation(
-            trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
-        ) as model:
-            return sample_replies(
-                model, contexts, trainer.generation_config, trainer.processing_class.pad_token_id,
-                trainer.eos_token_ids, trainer.temperature,
-            )  # fmt: skip
-
-    return generate
-
-
-def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
-    """Batched sampling with the colocated vLLM engine, whose weights the trainer syncs before each rollout."""
-
-    def generate(contexts: list[list[int]]) -> list[Reply]:
-        _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
-            prompts=contexts, images=None, num_generations=1
-        )
-        sampled_logprobs = [[top[0] for top in token] for token in logprobs]  # the sampled token's comes first
-        return until_end_of_turn(completion_ids, sampled_logprobs, trainer.eos_token_ids)
-
-    return generate
 
 
 def timed(generate: GenerateFn) -> tuple[GenerateFn, list[float]]:
@@ -176,14 +95,6 @@ def task_instances(prompts: list[str], seed_of_prompt: dict[str, int], sampler: 
     return [(task_of_group[prompt], seed_of_prompt[prompt]) for prompt in prompts]
 
 
-def same_reward_share(prompts: list[str], episodes: list[Episode]) -> float:
-    """The share of groups whose episodes all got the same reward, from which GRPO learns nothing."""
-    rewards_of_group = {}
-    for prompt, episode in zip(prompts, episodes, strict=True):
-        rewards_of_group.setdefault(prompt, set()).add(episode.solved)
-    return sum(len(rewards) == 1 for rewards in rewards_of_group.values()) / len(rewards_of_group)
-
-
 def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSampler, max_env_failures: int):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out.
 
@@ -192,26 +103,31 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
     """
     seed_of_prompt = {row["prompt"]: row["seed"] for row in dataset}
 
-    def run_episodes(specs: list[tuple[str, int]], generate: GenerateFn) -> list[Episode]:
+    def run_episodes(specs: list[tuple[str, int]], generate: GenerateFn, max_context_tokens: int) -> list[Episode]:
         for failure in itertools.count(1):
             try:
-                return runner.run(specs, generate)
+                return runner.run(specs, sampling(generate), max_context_tokens)
             except EnvironmentFailure as error:
                 if failure > max_env_failures:
-                    raise EnvironmentUnavailable(f"the environment failed {failure}x in a row, last with {error}") from error
+                    raise EnvironmentUnavailable(
+                        f"the environment failed {failure}x in a row, last with {error}"
+                    ) from error
                 up = runner.servers.up()
                 log.warning(
                     "environment failure %d of at most %d (%s): running the batch's %d episodes again on %s",
-                    failure, max_env_failures, error, len(specs),
+                    failure,
+                    max_env_failures,
+                    error,
+                    len(specs),
                     f"the {len(up)} server(s) still up" if up else "the servers once one answers",
-                )  # fmt: skip
+                )
                 if not up:
                     runner.servers.wait_for_one()
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
-        generate, generating = timed(vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer))
+        generate, generating = timed(trainer_generate(trainer))
         start = time.perf_counter()
-        episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate)
+        episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate, longest_context(trainer))
         seconds = time.perf_counter() - start
         for task, of_task in episodes_by_task(episodes).items():
             sampler.update(task, [e.solved for e in of_task])
@@ -268,7 +184,6 @@ def build_trainer(
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
-    runner.max_context_tokens = longest_context(trainer)
     return trainer
 
 
@@ -280,13 +195,6 @@ def longest_context(trainer: GRPOTrainer) -> int:
     else:
         max_length = trainer.model.config.max_position_embeddings
     return max_length - trainer.max_completion_length
-
-
-def start_local_servers(stack: contextlib.ExitStack, count: int, task: str, batch_size: int) -> ServerPool:
-    """`count` env_server.py processes, started side by side, stopped when `stack` closes. Each can hold the whole
-    batch, so that the others can take over a failed one's sessions."""
-    servers = [LocalEnvServer(task, max_sessions=batch_size) for _ in range(count)]
-    return ServerPool.started(stack, servers, recovery_wait_s=servers[0].startup_timeout_s)
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
@@ -326,7 +234,9 @@ def parse_args(args: list[str] | None = None, launcher: type | None = None) -> t
         passed_over = () if launcher else (LAUNCHER_KEY_PREFIX,)
         for key in (key for key in config if key not in known and not key.startswith(passed_over)):
             hint = "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(key, known, 1))
-            fail(f"unknown key {key!r}{hint}; keys are GRPOConfig's, ModelConfig's, EnvArguments' and RolloutArguments'")
+            fail(
+                f"unknown key {key!r}{hint}; keys are GRPOConfig's, ModelConfig's, EnvArguments' and RolloutArguments'"
+            )
     try:
         *parsed, _passed_over, unknown = parser.parse_args_and_config(
             args, return_remaining_strings=True, separate_remaining_strings=True
@@ -344,30 +254,26 @@ def main(
     training_args: RecipeConfig,
     model_args: ModelConfig,
     callbacks: list[TrainerCallback] = (),
-    servers: ServerPool | None = None,
+    new_server=LocalEnvServer,
 ) -> None:
-    """Trains; on `servers` when given (modal_app.py's), else on env_url's, else on env_server.py processes it starts."""
+    """Trains on env_url's servers, or else on env_servers servers that `new_server` makes (env_server.py processes,
+    or modal_app.py's sandboxes) and the run stops at exit."""
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     with contextlib.ExitStack() as stack:
-        if servers is None and env_args.env_url is not None:
-            servers = ServerPool.of(env_args.env_url)
-        elif servers is None:
-            servers = start_local_servers(
-                stack, rollout_args.env_servers, env_args.task_name, training_args.generation_batch_size
-            )
-        runner = EpisodeRunner(
-            servers, tokenizer, env_args.max_turns, env_args.max_page_chars, token=env_args.env_token,
-            timeout_s=env_args.env_timeout_s,
-        )  # fmt: skip
+        servers = open_server_pool(stack, env_args, training_args.generation_batch_size, new_server)
+        runner = EpisodeRunner(servers, tokenizer, env_args)
         stack.callback(runner.close)
         trainer = build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(
             "%s: %s trainable parameters of %s (%.2f%%), generation with %s",
-            "LoRA" if model_args.use_peft else "full fine-tune", f"{trainable:,}", f"{total:,}",
-            100 * trainable / total, "vLLM (colocated)" if training_args.use_vllm else "transformers",
-        )  # fmt: skip
+            "LoRA" if model_args.use_peft else "full fine-tune",
+            f"{trainable:,}",
+            f"{total:,}",
+            100 * trainable / total,
+            "vLLM (colocated)" if training_args.use_vllm else "transformers",
+        )
         # A run continues from the last complete checkpoint in its output directory: rerunning the command
         # after a crash, a kill or a preemption resumes it. A new output_dir starts afresh.
         resume_from = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
@@ -388,6 +294,9 @@ if __name__ == "__main__":
     try:
         main(env_args, rollout_args, training_args, model_args)
     except EnvironmentUnavailable as error:
-        log.error("stopping: %s. Checkpoints are kept in %s; the same command resumes from the last one.",
-                  error, training_args.output_dir)  # fmt: skip
+        log.error(
+            "stopping: %s. Checkpoints are kept in %s; the same command resumes from the last one.",
+            error,
+            training_args.output_dir,
+        )
         sys.exit(1)

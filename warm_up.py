@@ -10,18 +10,19 @@ benchmark, the smoke run and the tests build their policies so.
 """
 
 import argparse
-
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from arguments import EnvArguments
 from env_client import LocalEnvServer, ServerPool
+from generation import Reply
 from metrics import setup_logging
-from rollout import Episode, EpisodeRunner, Reply
-from scripted_policy import Plan, episode_so_far, plan
+from rollout import Episode, EpisodeRunner
+from scripted_policy import Plan, following_plans, plan_of
 
 Replies = Callable[[Plan, int], list[str]]  # an instance's plan and a step of it -> the replies to learn there
 
@@ -48,34 +49,20 @@ def a_third_right(plan: Plan, step: int) -> list[str]:
     return [plan.right[step]] * rights + [plan.wrong[step]] * wrongs
 
 
-def first_pages(env_url: str, tokenizer, task: str, seeds: range) -> list[Episode]:
-    """Episodes that have only begun: their first observation and first prompt."""
-    runner = EpisodeRunner(ServerPool.of(env_url), tokenizer, max_turns=0)
-    try:
-        return runner.run([(task, seed) for seed in seeds], generate=None)
-    finally:
-        runner.close()
-
-
 def scripted_turns(env_url: str, tokenizer, task: str, seeds: range) -> list[tuple[list[int], Plan, int]]:
     """(context, plan, step) of every turn of `task`'s episodes on `seeds`, each played by its plan's right
     actions: what the policy sees before each action of an episode that is going right."""
     turns = []
+    follow = following_plans(tokenizer)
 
-    def follow_plan(contexts: list[list[int]]) -> list[Reply]:
-        replies = []
-        for context in contexts:
-            goal, pages, step = episode_so_far(tokenizer.decode(context))
-            instance_plan = plan(task, goal, pages)
-            turns.append((context, instance_plan, step))
-            ids = tokenizer.encode(instance_plan.right[step], add_special_tokens=False) + [tokenizer.eos_token_id]
-            replies.append(Reply(ids, [0.0] * len(ids), ended=True))
-        return replies
+    def recording(episodes: list[Episode]) -> list[Reply]:
+        turns.extend((episode.context(), plan_of(episode), episode.turns) for episode in episodes)
+        return follow(episodes)
 
-    runner = EpisodeRunner(ServerPool.of(env_url), tokenizer, max_turns=5, lockstep=True)
+    runner = EpisodeRunner(ServerPool([env_url]), tokenizer, EnvArguments(max_turns=5, lockstep=True))
     try:
         for start in range(0, len(seeds), 16):  # 16 sessions at a time
-            runner.run([(task, seed) for seed in seeds[start : start + 16]], follow_plan)
+            runner.run([(task, seed) for seed in seeds[start : start + 16]], recording)
     finally:
         runner.close()
     return turns
@@ -143,9 +130,13 @@ def fine_tune(
 
 if __name__ == "__main__":
     setup_logging()
-    parser = argparse.ArgumentParser(description="A weak click-test policy: one right reply of eight, on a local server.")
+    parser = argparse.ArgumentParser(
+        description="A weak click-test policy: one right reply of eight, on a local server."
+    )
     parser.add_argument("--base", required=True, help="the model to fine-tune, e.g. .cache/tiny-lfm2")
     parser.add_argument("--output", required=True, help="where to save the starting policy")
     args = parser.parse_args()
-    with LocalEnvServer("click-test", max_sessions=16) as server:
-        print(f"starting policy: {warm_up(args.base, Path(args.output), server.url, ['click-test'], one_right_of_eight)}")
+    with LocalEnvServer(max_sessions=16) as server:
+        print(
+            f"starting policy: {warm_up(args.base, Path(args.output), server.url, ['click-test'], one_right_of_eight)}"
+        )

@@ -153,7 +153,7 @@ def main() -> None:
 
     stock_loop(1, first_seed=10_000)  # warm-up: imports, first browser launch
     results = [measure("stock BrowserGym loop", args.episodes, os.getpid(), lambda: stock_loop(args.episodes, 0))]
-    with LocalEnvServer("click-test", max_sessions=args.sessions) as server:
+    with LocalEnvServer(max_sessions=args.sessions) as server:
         run_server(server, args.sessions, args.sessions, first_seed=10_000)  # warm-up: browsers, a context per session
         results.append(
             measure("env_server, 1 session", args.episodes, server.pid, lambda: run_server(server, 1, args.episodes, 0))
@@ -178,8 +178,9 @@ def main() -> None:
             f"\nserver memory (PSS, browsers included) after 50 episodes: {memory[0]:.0f} MB, "
             f"after {args.memory_episodes}: {memory[1]:.0f} MB ({100 * (memory[1] / memory[0] - 1):+.1f}%)"
         )
+    cpu_ratio_single = stock.cpu_s_per_episode / single.cpu_s_per_episode
     print(
-        f"\nratios against the stock loop: episodes per CPU-second x{stock.cpu_s_per_episode / single.cpu_s_per_episode:.1f} "
+        f"\nratios against the stock loop: episodes per CPU-second x{cpu_ratio_single:.1f} "
         f"(1 session), x{stock.cpu_s_per_episode / concurrent.cpu_s_per_episode:.1f} ({args.sessions} sessions); "
         f"wall-clock episodes/s x{concurrent.episodes_per_s / stock.episodes_per_s:.1f} ({args.sessions} sessions)"
     )

@@ -34,16 +34,16 @@ from pathlib import Path
 import matplotlib
 import yaml
 
+from arguments import EnvArguments
 from env_client import LocalEnvServer
 from evaluate import EvalArguments, evaluate
-from metrics import METRICS_FILE, logged_steps, setup_logging, task_success
-from rollout import EnvArguments
+from metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
 from tasks import PRESETS
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import Replies, a_third_right, one_right_of_eight, warm_up
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 log = logging.getLogger("learning")
 
@@ -95,8 +95,19 @@ QUICK = Benchmark(
 def grpo(start_model: str, bench: Benchmark, output_dir: Path, env_url: str, *overrides: str) -> float:
     """`python train.py` on the benchmark's config, from scratch; returns the wall time in seconds."""
     shutil.rmtree(output_dir, ignore_errors=True)  # train.py would resume from an earlier run's checkpoints
-    command = [sys.executable, str(ROOT / "train.py"), "--config", str(bench.grpo_config), "--model_name_or_path",
-               start_model, "--env_url", env_url, "--output_dir", str(output_dir), *overrides]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--config",
+        str(bench.grpo_config),
+        "--model_name_or_path",
+        start_model,
+        "--env_url",
+        env_url,
+        "--output_dir",
+        str(output_dir),
+        *overrides,
+    ]
     start = time.perf_counter()
     subprocess.run(command, check=True)
     return time.perf_counter() - start
@@ -107,8 +118,9 @@ def base_model(bench: Benchmark, out: Path, start: str | None) -> str:
     if bench.width is not None:
         return str(build_tiny_lfm2(out / "tiny-lfm2", bench.width))
     if start is None:
-        subprocess.run([sys.executable, str(ROOT / "bench" / "copying.py"), "--output_dir", str(out / "copying")],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "copying.py"), "--output_dir", str(out / "copying")], check=True
+        )
         start = str(out / "copying" / "model")
     return start
 
@@ -126,7 +138,7 @@ def running_mean_success(rows: dict[int, dict], tasks: list[str]) -> dict[int, f
     history: dict[str, list[float]] = {task: [] for task in tasks}
     means = {}
     for step in sorted(rows):
-        for task, rate in task_success(rows[step]).items():
+        for task, rate in task_success_rates(rows[step]).items():
             history[task].append(rate)
         running = [sum(h[-RUNNING_WINDOW:]) / len(h[-RUNNING_WINDOW:]) if h else 0.0 for h in history.values()]
         means[step] = sum(running) / len(running)
@@ -188,7 +200,9 @@ def plot(results: dict, run_dirs: dict[str, Path], tasks: list[str], image_file:
         means, minutes = running_mean_success(rows, tasks), training_minutes(rows)
         steps = sorted(means)
         after = results[name]["mean_success_rate"]
-        by_step.plot(steps, [means[s] for s in steps], color=color, label=f"{name} (evaluated after: {100 * after:.0f}%)")
+        by_step.plot(
+            steps, [means[s] for s in steps], color=color, label=f"{name} (evaluated after: {100 * after:.0f}%)"
+        )
         by_minute.plot([minutes[s] for s in steps], [means[s] for s in steps], color=color)
         by_step.plot([steps[-1]], [after], "o", color=color)
     by_step.set_xlabel("GRPO step")
@@ -213,10 +227,17 @@ def main() -> None:
     max_turns = yaml.safe_load(bench.grpo_config.read_text())["max_turns"]
 
     base = base_model(bench, out, args.start)
-    with LocalEnvServer(bench.tasks[0], max_sessions=32) as server:
+    with LocalEnvServer(max_sessions=32) as server:
         start = time.perf_counter()
-        starting_policy = warm_up(base, out / "warm-up", server.url, bench.tasks, bench.replies,
-                                  steps=bench.warm_up_steps, seeds=bench.warm_up_seeds)  # fmt: skip
+        starting_policy = warm_up(
+            base,
+            out / "warm-up",
+            server.url,
+            bench.tasks,
+            bench.replies,
+            steps=bench.warm_up_steps,
+            seeds=bench.warm_up_seeds,
+        )
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
         results = {"starting policy": measure(starting_policy, bench, server.url, max_turns)}
         log.info("starting policy:\n%s", table(results, bench.tasks))
@@ -236,8 +257,10 @@ def main() -> None:
     print(f"results.json and learning_curves.png in {out}")
     before = results["starting policy"]["success_rate"]
     if args.quick and not results["GRPO, full"]["success_rate"] >= before + 0.1:
-        sys.exit(f"GRPO did not raise the success rate: {100 * before:.0f}% before, "
-                 f"{100 * results['GRPO, full']['success_rate']:.0f}% after")  # fmt: skip
+        sys.exit(
+            f"GRPO did not raise the success rate: {100 * before:.0f}% before, "
+            f"{100 * results['GRPO, full']['success_rate']:.0f}% after"
+        )
 
 
 if __name__ == "__main__":

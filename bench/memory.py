@@ -104,11 +104,16 @@ def micro_step(tokens: int, batch: int, lora: bool, device: torch.device) -> dic
     with PeakTensorMemory([*model.parameters(), *model.buffers(), *state]) as memory:
         step()
     result = {
-        "tokens": tokens, "batch": batch, "method": "LoRA" if lora else "full", "device": device.type,
+        "tokens": tokens,
+        "batch": batch,
+        "method": "LoRA" if lora else "full",
+        "device": device.type,
         "parameters_M": sum(p.numel() for p in model.parameters()) / 1e6,
-        "trainable_M": sum(p.numel() for p in parameters) / 1e6, "seconds": time.perf_counter() - start,
-        "peak_GiB": memory.peak / 2**30, "weights_and_state_GiB": static / 2**30,
-    }  # fmt: skip
+        "trainable_M": sum(p.numel() for p in parameters) / 1e6,
+        "seconds": time.perf_counter() - start,
+        "peak_GiB": memory.peak / 2**30,
+        "weights_and_state_GiB": static / 2**30,
+    }
     if device.type == "cuda":
         result["cuda_max_allocated"] = torch.cuda.max_memory_allocated(device) / 2**30
     return result
@@ -127,14 +132,21 @@ def main() -> None:
         return
     for tokens in args.tokens:  # a fresh process each: peaks do not carry over
         command = [sys.executable, __file__, "--one", "--tokens", str(tokens), "--batch", str(args.batch)]
-        result = json.loads(subprocess.run(command + (["--lora"] if args.lora else []), check=True,
-                                           capture_output=True, text=True).stdout)  # fmt: skip
-        allocator = f"; CUDA allocator peak {result['cuda_max_allocated']:.2f} GiB" if "cuda_max_allocated" in result else ""
-        print(
-            f"{result['method']:>4}, {result['batch']} x {tokens} tokens on {result['device']}: peak {result['peak_GiB']:.2f} GiB"
-            f" of tensors, {result['weights_and_state_GiB']:.2f} of them weights and optimizer state{allocator}"
-            f" ({result['trainable_M']:.1f}M of {result['parameters_M']:.0f}M parameters trained, {result['seconds']:.0f} s)"
+        result = json.loads(
+            subprocess.run(
+                command + (["--lora"] if args.lora else []), check=True, capture_output=True, text=True
+            ).stdout
         )
+        allocator = (
+            f"; CUDA allocator peak {result['cuda_max_allocated']:.2f} GiB" if "cuda_max_allocated" in result else ""
+        )
+        print(
+            f"{result['method']:>4}, {result['batch']} x {tokens} tokens on {result['device']}: "
+            f"peak {result['peak_GiB']:.2f} GiB of tensors, {result['weights_and_state_GiB']:.2f} of them weights "
+            f"and optimizer state{allocator} ({result['trainable_M']:.1f}M of {result['parameters_M']:.0f}M "
+            f"parameters trained, {result['seconds']:.0f} s)"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,14 @@
+import os
+import subprocess
+import sys
+
 import pytest
 from transformers import AutoTokenizer
 
 from env_client import BrowserGymEnv, LocalEnvServer
+from helpers import RESUMABLE, ROOT, train_command
 from tiny_lfm2 import build_tiny_lfm2
+from warm_up import warm_up
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +24,7 @@ def tokenizer(tiny_model):
 @pytest.fixture(scope="session")
 def env_server():
     """One real env_server.py process with real Chromium, shared by the tests that need a browser."""
-    with LocalEnvServer("click-test", max_sessions=16, server_args=["--browsers", "2"]) as server:
+    with LocalEnvServer(max_sessions=16, server_args=["--browsers", "2"]) as server:
         yield server
 
 
@@ -27,3 +33,43 @@ def session(env_server):
     """A client session on the shared server, closed after the test."""
     with BrowserGymEnv(base_url=env_server.url).sync() as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def half_right_model(tmp_path_factory, tiny_model, env_server):
+    """The tiny LFM2 fine-tuned to click click-test's button about half the time and a wrong element otherwise,
+    so that GRPO's groups disagree and every optimizer step moves the weights."""
+    return warm_up(
+        tiny_model, tmp_path_factory.mktemp("half-right"), env_server.url, ["click-test"], right_and_wrong, 60, 4, 3e-3
+    )
+
+
+def right_and_wrong(plan, step: int) -> list[str]:
+    return [plan.right[step], plan.wrong[step]]
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_run(tmp_path_factory, half_right_model):
+    """The output directory of RESUMABLE's run of the half-right model, uninterrupted: where a resumed run must end."""
+    output_dir = tmp_path_factory.mktemp("uninterrupted")
+    command = train_command(half_right_model, output_dir, *RESUMABLE)
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
+    return output_dir
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[EXIT_STATUS] = int(exitstatus)
+
+
+EXIT_STATUS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """Triton, which vLLM imports, leaves nanobind objects alive at interpreter exit, and nanobind then prints some
+    thirty lines of "leaked ..." after pytest's summary: noise about the process's very end, which nothing here can
+    change. Once pytest is done (reports written, fixtures torn down), the process ends without that."""
+    if "triton" in sys.modules and EXIT_STATUS in config.stash:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(config.stash[EXIT_STATUS])

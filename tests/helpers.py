@@ -6,9 +6,13 @@ from pathlib import Path
 
 import psutil
 import torch
+from safetensors.torch import load_file
 
-import train
-from rollout import Reply
+import generation
+from env_client import BrowserGymEnv
+from env_protocol import BrowserGymObservation
+from generation import Reply
+from prompts import ChatTurns
 from scripted_policy import plan
 from train import parse_args
 
@@ -25,17 +29,56 @@ def parse_config(config: str, *overrides: str) -> tuple:
 FAST = ("--max_turns", "2", "--num_generations", "2", "--per_device_train_batch_size", "4")
 
 
+# A run that learns and replays exactly, for the resume tests: 4 steps of two groups of four one-action episodes,
+# in lock step, a checkpoint after every step. With a policy right about half the time nearly every group
+# disagrees, so every step moves the weights.
+RESUMABLE = (
+    "--max_turns",
+    "1",
+    "--num_generations",
+    "4",
+    "--per_device_train_batch_size",
+    "8",
+    "--lockstep",
+    "true",
+    "--max_steps",
+    "4",
+    "--save_steps",
+    "1",
+)
+
+
+def weights(directory: Path) -> dict[str, torch.Tensor]:
+    return load_file(directory / "model.safetensors")
+
+
 def train_command(model: str, output_dir, *extra: str) -> list[str]:
     """`python train.py` on the smoke config with a given model and output directory, FAST."""
-    return [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs/smoke.yaml"),
-            "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra]  # fmt: skip
+    return [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--config",
+        str(ROOT / "configs/smoke.yaml"),
+        "--model_name_or_path",
+        model,
+        "--output_dir",
+        str(output_dir),
+        *FAST,
+        *extra,
+    ]
 
 
-def click_the_button(page_text: str) -> str:
-    """click-test's right action, read off the (last) page in the text."""
-    last_page = page_text[page_text.rindex("RootWebArea") :]
-    (action,) = plan("click-test", "Click the button.", last_page).right
+def click_the_button(page: str) -> str:
+    """click-test's right action, read off its page's accessibility tree."""
+    (action,) = plan("click-test", "Click the button.", page).right
     return action
+
+
+def first_prompt(env_server, tokenizer, task: str, seed: int) -> tuple[BrowserGymObservation, list[int]]:
+    """A task instance's first observation, and the first prompt the policy reads of it."""
+    with BrowserGymEnv(base_url=env_server.url).sync() as session:
+        observation = session.reset(task_name=task, seed=seed).observation
+    return observation, ChatTurns(tokenizer).first_prompt(observation)
 
 
 def third_party_distributions(*files: str) -> dict[str, set[str]]:
@@ -79,7 +122,7 @@ def process_tree(root: int) -> set[int]:
 def alive(pid: int) -> bool:
     """Running, and not a zombie waiting for its parent."""
     try:
-        return "Z" != (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
     except OSError:
         return False
 
@@ -118,9 +161,9 @@ def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
 
 
 def recorded_generation(monkeypatch, name: str) -> list[tuple[list[int], Reply]]:
-    """Every (context, reply) that train.py's generation `name` ("transformers_generate" or "vllm_generate")
-    sampled from here on, whatever batches they came in."""
-    sampled, original = [], getattr(train, name)
+    """Every (context, reply) that the trainer's generation `name` ("transformers_generate" or "vllm_generate",
+    of generation.py) sampled from here on, whatever batches they came in."""
+    sampled, original = [], getattr(generation, name)
 
     def make(trainer):
         generate = original(trainer)
@@ -132,7 +175,7 @@ def recorded_generation(monkeypatch, name: str) -> list[tuple[list[int], Reply]]
 
         return recorded
 
-    monkeypatch.setattr(train, name, make)
+    monkeypatch.setattr(generation, name, make)
     return sampled
 
 

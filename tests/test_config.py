@@ -3,8 +3,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 import torch
+import yaml
 from peft import get_peft_model
 from transformers import AutoModelForCausalLM
 from trl import get_peft_config
@@ -20,7 +20,7 @@ LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1",
 def test_the_recipe_config_loads_with_its_real_settings():
     env_args, rollout_args, training_args, model_args = parse_config("config.yaml")
     assert model_args.model_name_or_path == "LiquidAI/LFM2-350M"
-    assert env_args.task_name == "click-test" and env_args.env_url is None and env_args.max_turns == 10
+    assert env_args.task_name == "click-test" and env_args.env_url == [] and env_args.max_turns == 10
     assert training_args.num_generations == 4 and training_args.vllm_mode == "colocate"
     assert rollout_args.num_task_seeds == 1000
     assert set(model_args.lora_target_modules) == LFM2_LINEAR_LAYERS
@@ -49,7 +49,7 @@ def test_command_line_overrides_the_file():
 
 
 def test_smoke_config_loads():
-    env_args, _, training_args, model_args = parse_config("configs/smoke.yaml")
+    _, _, training_args, model_args = parse_config("configs/smoke.yaml")
     assert model_args.model_name_or_path == ".cache/smoke-start"
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
@@ -84,6 +84,8 @@ def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("num_generations: 3\n", [], "generation_batch_size (16) must be divisible by num_generations (3)"),
         ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
         ("", ["--max_steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),
+        ("env_url: 8811\n", [], "env_url: expected a URL, URLs separated by commas, or a list of URLs, got 8811"),
+        ("env_url: [127.0.0.1:8811]\n", [], "env_url: '127.0.0.1:8811' is not an http:// or https:// URL"),
     ],
 )
 def test_a_config_error_is_one_paragraph_naming_the_key_and_the_file(tmp_path, yaml_text, overrides, message):
@@ -96,15 +98,38 @@ def test_a_config_error_is_one_paragraph_naming_the_key_and_the_file(tmp_path, y
     assert "\n" not in str(error.value)
 
 
+URLS = ["http://127.0.0.1:8811", "http://127.0.0.1:8812"]
+
+
+@pytest.mark.parametrize(
+    "yaml_text, overrides",
+    [
+        ("env_url: [http://127.0.0.1:8811, http://127.0.0.1:8812]\n", []),
+        ("env_url:\n  - http://127.0.0.1:8811\n  - http://127.0.0.1:8812\n", []),
+        ("env_url: http://127.0.0.1:8811, http://127.0.0.1:8812\n", []),
+        ("", ["--env_url", "http://127.0.0.1:8811,http://127.0.0.1:8812"]),
+        ("", ["--env_url", "http://127.0.0.1:8811", "http://127.0.0.1:8812"]),
+    ],
+    ids=["YAML list", "YAML block list", "YAML string", "comma-separated argument", "two arguments"],
+)
+def test_env_url_takes_a_list_or_urls_separated_by_commas(tmp_path, yaml_text, overrides):
+    config = tmp_path / "recipe.yaml"
+    config.write_text((ROOT / "configs/smoke.yaml").read_text().replace("env_url: null\n", "") + yaml_text)
+    env_args, *_ = parse_args(["--config", str(config), *overrides])
+    assert env_args.env_url == URLS
+
+
 def test_a_missing_config_file_is_named():
-    with pytest.raises(ConfigError, match="config file not found: no/such.yaml"):
+    with pytest.raises(ConfigError, match=r"config file not found: no/such\.yaml"):
         parse_args(["--config", "no/such.yaml"])
 
 
 def test_train_py_exits_with_status_2_and_no_traceback_on_a_config_error(tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text("model_name_or_path: x\nnot_an_option: 1\n")
-    result = subprocess.run([sys.executable, "train.py", "--config", str(config)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "train.py", "--config", str(config)], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "train.py: configuration error: unknown key 'not_an_option'" in result.stderr
     assert str(config) in result.stderr and "Traceback" not in result.stderr
@@ -137,7 +162,7 @@ def test_an_unknown_command_line_argument_is_named():
 def test_train_py_passes_over_the_cloud_launchers_keys(tmp_path):
     config = tmp_path / "recipe.yaml"
     config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpu: H100\nmodal_anything: 1\n")
-    env_args, _, _, model_args = parse_args(["--config", str(config)])  # modal_app.py checks them, train.py not
+    *_, model_args = parse_args(["--config", str(config)])  # modal_app.py checks them, train.py not
     assert model_args.model_name_or_path == ".cache/smoke-start"
 
 
@@ -145,7 +170,9 @@ def test_one_step_of_the_recipes_full_fine_tune_changes_nearly_every_weight(tiny
     # The trainer holds the weights in the dtype the recipe loads them in. In bf16, one AdamW step at 5e-6 changes
     # about one entry in twelve of a matrix of N(0, 0.02) weights; the other updates round away.
     _, _, training_args, model_args = parse_config("config.yaml", "--model_name_or_path", tiny_model)
-    weight = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=model_args.dtype).model.layers[0].feed_forward.w1.weight
+    weight = (
+        AutoModelForCausalLM.from_pretrained(tiny_model, dtype=model_args.dtype).model.layers[0].feed_forward.w1.weight
+    )
     with torch.no_grad():
         weight.normal_(0, 0.02)
     before = weight.detach().clone()

@@ -42,7 +42,15 @@ class StockBrowserGym:
             trace = [(obs["goal"], axtree, 0.0, False, "")]
             for action in actions(task, obs["goal"], axtree, right):
                 obs, reward, terminated, truncated, _ = env.step(action)
-                trace.append((obs["goal"], flatten_axtree_to_str(obs["axtree_object"]), reward, terminated or truncated, obs["last_action_error"]))
+                trace.append(
+                    (
+                        obs["goal"],
+                        flatten_axtree_to_str(obs["axtree_object"]),
+                        reward,
+                        terminated or truncated,
+                        obs["last_action_error"],
+                    )
+                )
             return trace
         finally:
             env.close()

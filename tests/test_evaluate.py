@@ -8,9 +8,9 @@ import pytest
 from PIL import Image
 
 import train
+from arguments import EnvArguments
 from evaluate import CHART_FILE, EvalArguments, evaluate, report, wilson_interval
 from helpers import ROOT, parse_config
-from rollout import EnvArguments
 
 
 @pytest.mark.parametrize(
@@ -22,8 +22,9 @@ def test_wilson_interval_matches_the_textbook_values(successes, n, low, high):
 
 
 def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_model, env_server, tmp_path):
-    args = EvalArguments(model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path),
-                         screenshots=True)  # fmt: skip
+    args = EvalArguments(
+        model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path), screenshots=True
+    )
     summary = evaluate(args, EnvArguments(max_turns=2, env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert [r["seed"] for r in records] == list(range(1_000_000, 1_000_005))  # held out from training seeds
@@ -40,16 +41,43 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_mode
 
 def test_evaluate_a_lora_adapter_directory_from_the_command_line(tiny_model, env_server, tmp_path):
     adapter = tmp_path / "adapter"
-    train.main(*parse_config(
-        "configs/smoke.yaml", "--model_name_or_path", tiny_model, "--env_url", env_server.url, "--use_peft",
-        "--output_dir", str(adapter), "--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size", "2",
-    ))  # fmt: skip
+    train.main(
+        *parse_config(
+            "configs/smoke.yaml",
+            "--model_name_or_path",
+            tiny_model,
+            "--env_url",
+            env_server.url,
+            "--use_peft",
+            "--output_dir",
+            str(adapter),
+            "--max_steps",
+            "1",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            "2",
+        )
+    )
     assert (adapter / "adapter_config.json").exists()
     result = subprocess.run(
-        [sys.executable, "evaluate.py", "--model", str(adapter), "--episodes", "4", "--max_turns", "1",
-         "--env_url", env_server.url],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "evaluate.py",
+            "--model",
+            str(adapter),
+            "--episodes",
+            "4",
+            "--max_turns",
+            "1",
+            "--env_url",
+            env_server.url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{adapter} on click-test (4 episodes, greedy)" in result.stdout
     assert "success rate  0.0% (0/4), 95% CI 0.0-49.0%" in result.stdout

@@ -1,6 +1,6 @@
-"""The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task),
-the bound on what LoRA can reach that chose the benchmark model's width, and what bench/reading.py measures
-with, and bench/copying.py's synthetic text."""
+"""The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task), the
+supervised fine-tuning its warm-ups use, and bench/copying.py's synthetic text, from which the full benchmark's
+model learns to copy."""
 
 import json
 import random
@@ -11,23 +11,23 @@ from types import SimpleNamespace
 
 import torch
 from datasets import Dataset
-from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
-from bench.reading import reply_probability
+from helpers import ROOT
 from tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_up import fine_tune
-
-from helpers import ROOT
 
 
 def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
     result = subprocess.run(
         [sys.executable, "bench/learning.py", "--quick", "--output_dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     before, after = results["starting policy"], results["GRPO, full"]
@@ -37,32 +37,16 @@ def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
     assert (tmp_path / "learning_curves.png").exists() and (tmp_path / "grpo-full" / "learning_curve.png").exists()
 
 
-def test_the_lora_ceiling_bounds_what_lora_reaches_and_lora_gets_close(tiny_model, tokenizer):
-    """bench/lora_ceiling.py's bound, against LoRA on every linear layer trained for nothing but that token."""
-    printed = subprocess.run(
-        [sys.executable, "bench/lora_ceiling.py", tiny_model, "--token", "click"],
-        cwd=ROOT, capture_output=True, text=True, check=True, timeout=300,
-    ).stdout  # fmt: skip
-    bound = float(re.search(r"at most ([\d.]+)% on 'click'", printed).group(1)) / 100
-    model = AutoModelForCausalLM.from_pretrained(tiny_model).requires_grad_(False)
-    prompt = torch.tensor([tokenizer.encode("Goal: Click the button.")])
-    click = tokenizer.encode("click", add_special_tokens=False)[0]
-    assert bound < 0.05  # untrained and 64 wide: small, near-random embeddings leave every token far from certain
-    assert torch.softmax(model(prompt).logits[0, -1], dim=-1)[click] < bound / 3
-
-    model = get_peft_model(model, LoraConfig(r=16, target_modules="all-linear", lora_dropout=0.0))
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    for _ in range(300):
-        log_probs = torch.log_softmax(model(prompt).logits[0, -1], dim=-1)
-        optimizer.zero_grad()
-        (-log_probs[click]).backward()
-        optimizer.step()
-    reached = log_probs[click].exp().item()
-    assert 0.9 * bound <= reached <= bound * 1.001
+def reply_probability(model, tokenizer, context: list[int], reply: str) -> float:
+    """The probability the model writes `reply` (and ends its turn) after `context`."""
+    completion = tokenizer.encode(reply, add_special_tokens=False) + [tokenizer.eos_token_id]
+    with torch.no_grad():
+        logits = model(torch.tensor([context + completion])).logits[0, len(context) - 1 : -1]
+    return logits.log_softmax(-1).gather(1, torch.tensor(completion)[:, None]).sum().exp().item()
 
 
 def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tiny_model, tokenizer, tmp_path):
-    """bench/reading.py's measure, before and after warm_up.fine_tune has shown the model one reply, again and again."""
+    """warm_up.fine_tune, the warm-ups' supervised step, after it has shown the model one reply again and again."""
     prompt = [{"role": "user", "content": "Goal: Click the button.\n\nPage:\n[13] button 'OK'"}]
     context = tokenizer.encode(
         tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True), add_special_tokens=False

@@ -13,4 +13,7 @@ def test_the_step_line_names_the_weakest_task_when_there_are_several():
 def test_the_end_of_a_run_says_where_success_started_and_ended():
     rows = {step: {"episodes/success_rate": rate} for step, rate in enumerate([0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9], 1)}
     assert success_trend(rows) == "success 20% over the first 3 step(s), 80% over the last 3"
-    assert success_trend({1: {"episodes/success_rate": 0.5}}) == "success 50% over the first 1 step(s), 50% over the last 1"
+    assert (
+        success_trend({1: {"episodes/success_rate": 0.5}})
+        == "success 50% over the first 1 step(s), 50% over the last 1"
+    )

@@ -1,5 +1,6 @@
 """modal_app.py without a Modal account: its definitions, and its function body run locally with .local()."""
 
+import functools
 import json
 import os
 import re
@@ -8,18 +9,21 @@ import subprocess
 import sys
 import time
 import tomllib
-
 import types
 from contextlib import ExitStack
+from pathlib import Path
 
 import modal
 import pytest
 import requests
+import torch
 
 import modal_app
 import train
+from arguments import EnvArguments
+from env_client import ServerPool, open_server_pool
 from env_protocol import TOKEN_VARIABLE
-from helpers import ROOT, local_modules, third_party_distributions
+from helpers import RESUMABLE, ROOT, local_modules, third_party_distributions, weights
 
 
 def test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings():
@@ -85,13 +89,12 @@ def test_the_function_body_runs_locally_and_writes_a_checkpoint(tiny_model, tmp_
     assert (run_dir / "model.safetensors").exists()
 
 
-def run_body_in_a_process(tiny_model, checkpoints_dir, max_steps):
+def run_body_in_a_process(model, checkpoints_dir):
     code = (
-        "import sys, modal_app; "
-        "modal_app.train_remote.local(open('configs/smoke.yaml').read(), 'run-b', sys.argv[1:])"
+        "import sys, modal_app; modal_app.train_remote.local(open('configs/smoke.yaml').read(), 'run-b', sys.argv[1:])"
     )
     return subprocess.Popen(
-        [sys.executable, "-c", code, *smoke_args(tiny_model, max_steps)],
+        [sys.executable, "-c", code, "--model_name_or_path", model, *RESUMABLE],
         cwd=ROOT,
         env={**os.environ, "BROWSER_RL_CHECKPOINTS": str(checkpoints_dir)},
         stderr=subprocess.PIPE,
@@ -100,9 +103,9 @@ def run_body_in_a_process(tiny_model, checkpoints_dir, max_steps):
     )
 
 
-def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model, tmp_path):
+def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_model, uninterrupted_run, tmp_path):
     run_dir = tmp_path / "run-b"
-    first = run_body_in_a_process(tiny_model, tmp_path, max_steps=4)
+    first = run_body_in_a_process(half_right_model, tmp_path)
     server_pid = None
     deadline = time.monotonic() + 300
     for line in first.stderr:  # read until the first checkpoint is complete, then preempt: kill -9
@@ -118,7 +121,7 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model,
     done_before = int(resumed_from.split("-")[-1])
     assert done_before < 4
 
-    second = run_body_in_a_process(tiny_model, tmp_path, max_steps=4)
+    second = run_body_in_a_process(half_right_model, tmp_path)
     _, log = second.communicate(timeout=600)
     assert second.returncode == 0, log[-3000:]
     assert f"resuming from {resumed_from}" in log
@@ -126,6 +129,10 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(tiny_model,
     state = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == state["max_steps"] == 4
     assert [e["step"] for e in state["log_history"] if "reward" in e] == [1, 2, 3, 4]
+    # Steps after the checkpoint moved the weights, and the retry ended where an uninterrupted run ends.
+    at_checkpoint, resumed, whole = weights(Path(resumed_from)), weights(run_dir), weights(uninterrupted_run)
+    assert any(not torch.equal(at_checkpoint[name], resumed[name]) for name in resumed)
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
 
 
 def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_result_is(monkeypatch, capsys):
@@ -189,11 +196,17 @@ def health_checks(monkeypatch):
     return asked
 
 
+def sandbox_pool(stack, settings, sdk, count: int = 2) -> ServerPool:
+    """The server pool a run opens without env_url when its servers are Modal sandboxes."""
+    sandbox = functools.partial(modal_app.EnvServerSandbox, settings, token="t0ken", adapter=sdk)
+    return open_server_pool(stack, EnvArguments(env_servers=count), 16, sandbox)
+
+
 def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the_runs_token(health_checks):
     settings = modal_app.ModalArguments(modal_env_servers=3, modal_env_cpu=6.0, modal_env_memory_mb=8192)
     sdk = FakeModalSDK()
     with ExitStack() as stack:
-        pool = modal_app.start_env_servers(stack, settings, max_sessions=16, token="t0ken", adapter=sdk)
+        pool = sandbox_pool(stack, settings, sdk, count=3)
         assert sorted(pool.urls) == [f"https://sandbox-{i}.modal.run" for i in range(3)]
         assert sorted(health_checks) == sorted(f"{url}/health" for url in pool.urls)  # each waited for
         assert sdk.terminated == []
@@ -212,7 +225,7 @@ def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(healt
     monkeypatch.setattr("env_client.healthy", lambda url: True)
     sdk = FakeModalSDK()
     with ExitStack() as stack:
-        pool = modal_app.start_env_servers(stack, modal_app.ModalArguments(), 16, "t0ken", adapter=sdk)
+        pool = sandbox_pool(stack, modal_app.ModalArguments(), sdk)
         first, second = pool.urls
         pool.take_out(second)
         pool.wait_for_one()
@@ -225,19 +238,23 @@ def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(healt
 
 def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_path, health_checks):
     sdk, trained = FakeModalSDK(), {}
-    start_env_servers = modal_app.start_env_servers
     monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
     monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
     monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
-    monkeypatch.setattr(modal_app, "start_env_servers", lambda *args: start_env_servers(*args, adapter=sdk))
+    monkeypatch.setattr(modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=sdk))
 
-    def main(env_args, rollout_args, training_args, model_args, callbacks, servers):
-        trained.update(token=env_args.env_token, urls=servers.urls, callbacks=callbacks)
-        trained["batch"] = training_args.generation_batch_size
+    def main(env_args, rollout_args, training_args, model_args, callbacks, new_server):
+        with ExitStack() as stack:  # the servers train.main would open
+            servers = open_server_pool(stack, env_args, training_args.generation_batch_size, new_server)
+            trained.update(token=env_args.env_token, urls=servers.urls, callbacks=callbacks)
+            trained["batch"] = training_args.generation_batch_size
 
     monkeypatch.setattr(train, "main", main)
     modal_app.train_remote.local((ROOT / "config.yaml").read_text(), "run-c", [])
-    assert sorted(trained["urls"]) == ["https://sandbox-0.modal.run", "https://sandbox-1.modal.run"]  # modal_env_servers: 2
+    assert sorted(trained["urls"]) == [
+        "https://sandbox-0.modal.run",
+        "https://sandbox-1.modal.run",
+    ]  # modal_env_servers: 2
     assert len(trained["token"]) == 32 and all(s["env"] == {TOKEN_VARIABLE: trained["token"]} for s in sdk.sandboxes)
     assert f"--max-sessions {trained['batch']}" in sdk.commands[0][1]
     assert [type(c) for c in trained["callbacks"]] == [modal_app.CommitCheckpoints]

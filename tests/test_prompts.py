@@ -1,5 +1,5 @@
 from env_protocol import BrowserGymObservation
-from rollout import SYSTEM_PROMPT, ChatTurns, feedback
+from prompts import SYSTEM_PROMPT, ChatTurns, feedback
 
 PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
 

@@ -4,10 +4,20 @@ import pytest
 import torch
 
 import train
+from arguments import EnvArguments
 from env_client import ServerPool
-from helpers import click_the_button, parse_config, policy_turns, recomputed_logprobs, recorded_generation, scored_episodes, segments
-from rollout import EpisodeRunner, Reply
-from scripted_policy import episode_so_far, plan
+from generation import Reply
+from helpers import (
+    click_the_button,
+    parse_config,
+    policy_turns,
+    recomputed_logprobs,
+    recorded_generation,
+    scored_episodes,
+    segments,
+)
+from rollout import EpisodeRunner
+from scripted_policy import plan_of, written
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
@@ -16,21 +26,21 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
     scripts = [["CLICK"], ["hello", "CLICK"], ["noop(10)", "noop(10)", "noop(10)"], ["CUT CLICK", "CLICK"]]
     calls = []
 
-    def scripted_policy(contexts):
+    def scripted_policy(episodes):
         turn = len(calls)
-        calls.append(contexts)
+        calls.append([episode.context() for episode in episodes])
         running = [i for i, script in enumerate(scripts) if len(script) > turn]
         replies = []
-        for i, context in zip(running, contexts):
+        for i, episode in zip(running, episodes, strict=True):
             text = scripts[i][turn]
             ended = not text.startswith("CUT ")
             if text.endswith("CLICK"):
-                text = click_the_button(tokenizer.decode(context))
+                text = click_the_button(episode.observation.axtree_txt)
             ids = tokenizer.encode(text, add_special_tokens=False) + ([tokenizer.eos_token_id] if ended else [])
             replies.append(Reply(ids, [-1.0] * len(ids), ended))
         return replies
 
-    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, max_turns=3, lockstep=True)
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=3, lockstep=True))
     try:
         episodes = runner.run([("click-test", 5)] * 4, scripted_policy)
     finally:
@@ -39,8 +49,11 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
     # One generation call per turn, over exactly the episodes still running.
     assert [len(c) for c in calls] == [4, 3, 1]
     assert [(e.done, e.env_reward, e.turns) for e in episodes] == [
-        (True, 1.0, 1), (True, 1.0, 2), (False, 0.0, 3), (True, 1.0, 2)
-    ]  # fmt: skip
+        (True, 1.0, 1),
+        (True, 1.0, 2),
+        (False, 0.0, 3),
+        (True, 1.0, 2),
+    ]
     assert episodes[1].actions[0] is None and episodes[2].actions == ["noop(10)"] * 3
     assert episodes[3].actions[0] is None and episodes[3].replies[0].startswith("click(")
     assert "cut off" in tokenizer.decode(episodes[3].completion_ids)
@@ -76,7 +89,7 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
         *(["--use_peft"] if lora else []),
     )
     sampled = recorded_generation(monkeypatch, "transformers_generate")
-    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, env_args)
     trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
     out = scored_episodes(trainer, runner, lora_std=0.05 if lora else None)
 
@@ -88,7 +101,9 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
 
     recomputed = recomputed_logprobs(trainer, out)
     policy_tokens = (out["completion_mask"] * out["tool_mask"]).bool()
-    torch.testing.assert_close(recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        recomputed[policy_tokens], out["sampling_per_token_logps"][policy_tokens], atol=1e-4, rtol=0
+    )
     if lora:
         with trainer.model.disable_adapter():
             base = recomputed_logprobs(trainer, out)
@@ -98,25 +113,27 @@ def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
 def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_server, tokenizer):
     # A policy whose reply depends on the context alone: login-user's scripted plan, with a 300 ms wait first in
     # every other episode, so that in those turns the others' browsers answer long before theirs.
-    def policy(contexts: list[list[int]]) -> list[Reply]:
-        calls.append(len(contexts))
+    def policy(episodes) -> list[Reply]:
+        calls.append(len(episodes))
         replies = []
-        for context in contexts:
-            goal, pages, turn = episode_so_far(tokenizer.decode(context))
-            steps = (["noop(300)"] if len(goal) % 2 else []) + plan("login-user", goal, pages).right
-            ids = tokenizer.encode(steps[min(turn, len(steps) - 1)], add_special_tokens=False) + [tokenizer.eos_token_id]
-            replies.append(Reply(ids, [-1.0] * len(ids), ended=True))
+        for episode in episodes:
+            waits = ["noop(300)"] if len(episode.first_observation.goal) % 2 else []
+            steps = waits + plan_of(episode).right
+            replies.append(written(tokenizer, steps[min(episode.turns, len(steps) - 1)]))
         return replies
 
     runs = {}
     for lockstep in (True, False):
         calls = []
-        runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, max_turns=5, lockstep=lockstep)
+        runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=5, lockstep=lockstep))
         try:
             episodes = runner.run([("login-user", seed) for seed in range(6)], policy)
         finally:
             runner.close()
-        runs[lockstep] = calls, [(e.prompt_ids, e.completion_ids, e.env_mask, e.actions, e.done, e.env_reward) for e in episodes]
+        runs[lockstep] = (
+            calls,
+            [(e.prompt_ids, e.completion_ids, e.env_mask, e.actions, e.done, e.env_reward) for e in episodes],
+        )
 
     (lockstep_calls, lockstep_episodes), (free_calls, free_episodes) = runs[True], runs[False]
     assert free_episodes == lockstep_episodes  # token for token, mask for mask, reward for reward

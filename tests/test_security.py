@@ -24,7 +24,7 @@ HOSTILE_ACTIONS = [
     ("   \n", "empty action"),
     ("x" * 1_000_000, "action of 1000000 characters refused"),
     ("click('13", "not a single call to an allowed action"),
-    ('click("13\')', "not a single call to an allowed action"),
+    ("click(\"13')", "not a single call to an allowed action"),
     (f"__import__('os').system('touch {PWNED}')", "not a single call to an allowed action"),
     (f"exec(\"open('{PWNED}', 'w')\")", "Invalid action type 'exec'"),
     ("goto('file:///etc/passwd')", "Invalid action type 'goto'"),
@@ -135,7 +135,7 @@ def test_hostile_sessions_leave_no_browser_processes_behind(env_server):
 
 
 def test_beyond_max_sessions_a_client_gets_a_busy_error():
-    with LocalEnvServer("click-test", max_sessions=2) as server:
+    with LocalEnvServer(max_sessions=2) as server:
         first, second = BrowserGymEnv(base_url=server.url).sync(), BrowserGymEnv(base_url=server.url).sync()
         with first, second:
             first.reset(seed=0)
@@ -148,7 +148,7 @@ def test_beyond_max_sessions_a_client_gets_a_busy_error():
 
 
 def test_an_idle_session_is_closed_with_its_browser_context():
-    with LocalEnvServer("click-test", max_sessions=2, server_args=["--idle-timeout-s", "1"]) as server:
+    with LocalEnvServer(max_sessions=2, server_args=["--idle-timeout-s", "1"]) as server:
         with BrowserGymEnv(base_url=server.url).sync() as client:
             client.reset(seed=0)
             with_session = len(chromium_processes(server.pid))
@@ -169,10 +169,12 @@ def test_clients_that_vanish_without_closing_leave_no_browser_processes():
         "    await asyncio.sleep(600)\n"
         "asyncio.run(main())\n"
     )
-    with LocalEnvServer("click-test", max_sessions=20, server_args=["--browsers", "2"]) as server:
+    with LocalEnvServer(max_sessions=20, server_args=["--browsers", "2"]) as server:
         start_both_browsers(server)
         before = len(chromium_processes(server.pid))
-        clients = subprocess.Popen([sys.executable, "-c", code, server.url], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        clients = subprocess.Popen(
+            [sys.executable, "-c", code, server.url], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
         assert clients.stdout.readline().strip() == "ready"
         assert len(chromium_processes(server.pid)) > before  # the 20 sessions' pages have renderers
         clients.kill()  # no close frames, no FIN handshake of ours: the sockets just die
@@ -184,7 +186,7 @@ def test_clients_that_vanish_without_closing_leave_no_browser_processes():
 
 def test_beyond_loopback_the_token_is_required(monkeypatch):
     monkeypatch.setenv(TOKEN_VARIABLE, "s3cret-token")
-    with LocalEnvServer("click-test", max_sessions=2, server_args=["--host", "0.0.0.0"]) as server:
+    with LocalEnvServer(max_sessions=2, server_args=["--host", "0.0.0.0"]) as server:
         monkeypatch.delenv(TOKEN_VARIABLE)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"{server.url}/schema")
@@ -204,8 +206,11 @@ def test_a_server_beyond_loopback_without_a_token_refuses_to_start(monkeypatch):
     monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
     result = subprocess.run(
         [sys.executable, "env_server.py", "--host", "0.0.0.0", "--port", "0"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "refusing to listen on 0.0.0.0 without a token" in result.stderr
     assert TOKEN_VARIABLE in result.stderr

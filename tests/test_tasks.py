@@ -6,6 +6,7 @@ import pytest
 
 import train
 from env_protocol import MINIWOB_TASKS
+from metrics import same_reward_share
 from rollout import Episode
 from tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks
 
@@ -72,5 +73,4 @@ def test_each_group_plays_one_task_instance_and_groups_that_agree_are_counted():
         return Episode("click-test", 0, done=True, env_reward=1.0 if solved else 0.0)
 
     solved = [True, True, True, True, False, True, False, False, False, False, False, False]
-    assert train.same_reward_share(prompts, [episode(s) for s in solved]) == pytest.approx(2 / 3)
-
+    assert same_reward_share(prompts, [episode(s) for s in solved]) == pytest.approx(2 / 3)

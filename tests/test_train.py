@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from peft import AutoPeftModelForCausalLM
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM
 
 import train
-from metrics import CURVE_FILE, METRICS_FILE, read_metrics
 from helpers import FAST, ROOT, alive, parse_config, process_tree, train_command
+from metrics import CURVE_FILE, METRICS_FILE, read_metrics
 
 
 def run_training(tiny_model, env_url, output_dir, *extra):
@@ -84,7 +84,9 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     log = result.stderr
-    assert re.search(r"full fine-tune: [\d,]+ trainable parameters of [\d,]+ \([\d.]+%\), generation with transformers", log)
+    assert re.search(
+        r"full fine-tune: [\d,]+ trainable parameters of [\d,]+ \([\d.]+%\), generation with transformers", log
+    )
     assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
     assert "stopped the local environment server" in log
     assert (tmp_path / "model.safetensors").exists()
@@ -97,9 +99,12 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     # SIGINT as a terminal's Ctrl-C delivers it: a test runner started in the background by a script inherits
     # SIGINT ignored, and so would the run.
     process = subprocess.Popen(
-        train_command(tiny_model, tmp_path, "--max_steps", "1000"), cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        train_command(tiny_model, tmp_path, "--max_steps", "1000"),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    )
     server_pid = None
     deadline = time.monotonic() + 300
     for line in process.stderr:
@@ -124,7 +129,7 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     # The trainer's stand-in starts a local server, opens a session (launching a browser), and is killed -9.
     code = (
         "import time; from env_client import LocalEnvServer, BrowserGymEnv\n"
-        "server = LocalEnvServer('click-test', max_sessions=2).__enter__()\n"
+        "server = LocalEnvServer(max_sessions=2).__enter__()\n"
         "client = BrowserGymEnv(base_url=server.url).sync().__enter__()\n"
         "client.reset(seed=0)\n"
         "print(server.pid, flush=True); time.sleep(600)\n"
@@ -143,7 +148,9 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
 
 def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_server, tmp_path):
     tasks = ["click-test", "click-button"]
-    run_training(tiny_model, env_server.url, tmp_path, "--report_to", "tensorboard", "--tasks", *tasks, "--curriculum", "true")
+    run_training(
+        tiny_model, env_server.url, tmp_path, "--report_to", "tensorboard", "--tasks", *tasks, "--curriculum", "true"
+    )
     events = EventAccumulator(str(next(tmp_path.rglob("events.out.tfevents.*")).parent))
     events.Reload()
     tags = set(events.Tags()["scalars"])

@@ -1,6 +1,7 @@
 """The recipe's GPU shape, run here: TRL's GRPOTrainer with colocated vLLM generation, a real vLLM engine (its CPU
 build) and the real environment server. Everything TRL does with the engine is TRL's own code; the one
-difference from a GPU is that vLLM's CPU build keeps its weights as loaded (train.keep_vllm_cpu_weights_as_loaded).
+difference from a GPU is that vLLM's CPU build keeps its weights as loaded
+(generation.keep_vllm_cpu_weights_as_loaded).
 
 The engine runs the tiny fp32 model in bf16 (vLLM's "auto" dtype downcasts fp32 checkpoints, and TRL does not
 pass one), as the real recipe's engine runs bf16 against fp32 master weights. So its log-probabilities differ
@@ -13,6 +14,7 @@ sampled episodes the test bounds the mean difference per token: 0.001 to 0.004 m
 against 5.8 that an unsynced LoRA adapter leaves and 0.24 to 0.79 that scoring each token one place off does.
 """
 
+import itertools
 import logging
 
 import pytest
@@ -20,13 +22,20 @@ import torch
 from transformers import AutoModelForCausalLM
 from vllm import SamplingParams
 
+import generation
 import train
 from env_client import ServerPool
-from helpers import parse_config, policy_turns, recomputed_logprobs, recorded_generation, scored_episodes, segments
-from rollout import EpisodeRunner
+from helpers import (
+    first_prompt,
+    parse_config,
+    policy_turns,
+    recomputed_logprobs,
+    recorded_generation,
+    scored_episodes,
+    segments,
+)
+from rollout import EpisodeRunner, sampling
 from scripted_policy import plan
-from tiny_lfm2 import build_tiny_lfm2
-from warm_up import first_pages, warm_up
 
 BF16_TOLERANCE = 0.05  # per-token log-probability of a near-certain token, engine (bf16) against trainer (fp32)
 BF16_MEAN_TOLERANCE = 0.01  # the same, averaged over the tokens of sampled episodes; see above
@@ -40,22 +49,14 @@ def small_cpu_kv_cache(monkeypatch):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
-@pytest.fixture(scope="module")
-def half_right_model(tmp_path_factory, env_server):
-    """A tiny LFM2 that clicks click-test's button about half the time and a wrong element otherwise, so that
-    GRPO's groups disagree and every optimizer step moves the weights."""
-    base = build_tiny_lfm2(tmp_path_factory.mktemp("base"))
-    replies = lambda plan, step: [plan.right[step], plan.wrong[step]]  # noqa: E731
-    return warm_up(str(base), tmp_path_factory.mktemp("half-right"), env_server.url, ["click-test"], replies, 60, 4, 3e-3)
-
-
 def vllm_trainer(model, env_server, tokenizer, output_dir, *overrides):
     env_args, rollout_args, training_args, model_args = parse_config(
-        "configs/smoke.yaml", *VLLM,
+        "configs/smoke.yaml",
+        *VLLM,
         *("--model_name_or_path", model, "--env_url", env_server.url, "--output_dir", str(output_dir)),
         *("--num_generations", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", *overrides),
-    )  # fmt: skip
-    runner = EpisodeRunner(ServerPool.of(env_server.url), tokenizer, env_args.max_turns, env_args.max_page_chars)
+    )
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, env_args)
     trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
     return trainer, runner
 
@@ -80,9 +81,16 @@ def test_multi_turn_episodes_sampled_by_vllm_are_scored_against_the_context_they
 ):
     sampled = recorded_generation(monkeypatch, "vllm_generate")
     trainer, runner = vllm_trainer(
-        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--per_device_train_batch_size", "2",
+        half_right_model,
+        env_server,
+        tokenizer,
+        tmp_path,
+        "--max_turns",
+        "3",
+        "--per_device_train_batch_size",
+        "2",
         *(["--use_peft"] if lora else []),
-    )  # fmt: skip
+    )
     out = scored_episodes(trainer, runner, lora_std=0.3 if lora else None)  # the rollout syncs the adapter, merged
 
     # env_mask is 1 on exactly the tokens vLLM sampled, each run after the very context it was sampled from.
@@ -107,9 +115,9 @@ def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
     half_right_model, env_server, tokenizer, tmp_path, monkeypatch, lora
 ):
     # A fixed first page and its right reply; both sides score the reply's tokens at every rollout.
-    (page,) = first_pages(env_server.url, tokenizer, "click-test", range(1))
-    reply = tokenizer.encode(plan("click-test", "", page.observation.axtree_txt).right[0], add_special_tokens=False)
-    sequence, scored = page.prompt_ids + reply + [tokenizer.eos_token_id], len(reply) + 1
+    page, prompt = first_prompt(env_server, tokenizer, "click-test", seed=0)
+    reply = tokenizer.encode(plan("click-test", "", page.axtree_txt).right[0], add_special_tokens=False)
+    sequence, scored = prompt + reply + [tokenizer.eos_token_id], len(reply) + 1
     engine, trainer_side = [], []
 
     def comparing(make_generate):
@@ -121,15 +129,28 @@ def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
 
         return make
 
-    monkeypatch.setattr(train, "vllm_generate", comparing(train.vllm_generate))
+    monkeypatch.setattr(generation, "vllm_generate", comparing(generation.vllm_generate))
     # Two groups of four episodes a step: with a policy right half the time, some group disagrees nearly always.
     trainer, runner = vllm_trainer(
-        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "1", "--max_steps", "3",
-        "--num_generations", "4", "--per_device_train_batch_size", "8",
+        half_right_model,
+        env_server,
+        tokenizer,
+        tmp_path,
+        "--max_turns",
+        "1",
+        "--max_steps",
+        "3",
+        "--num_generations",
+        "4",
+        "--per_device_train_batch_size",
+        "8",
         # LoRA's update starts from a zero B matrix, so it takes a higher rate to move as far in a step.
-        "--learning_rate", "3e-2" if lora else "1e-2",
-        "--lr_scheduler_type", "constant", *(["--use_peft"] if lora else []),
-    )  # fmt: skip
+        "--learning_rate",
+        "3e-2" if lora else "1e-2",
+        "--lr_scheduler_type",
+        "constant",
+        *(["--use_peft"] if lora else []),
+    )
     try:
         trainer.train()
     finally:
@@ -138,7 +159,7 @@ def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
     assert len(engine) == 3  # rollouts before step 1 and after steps 1 and 2
     for step, (sampled, trained) in enumerate(zip(engine, trainer_side)):
         assert (sampled - trained).abs().max() < BF16_TOLERANCE, (step, (sampled - trained).abs().max())
-    moves = [(after - before).abs().max() for before, after in zip(trainer_side, trainer_side[1:])]
+    moves = [(after - before).abs().max() for before, after in itertools.pairwise(trainer_side)]
     # Each step moved the trainer's log-probabilities past twice the tolerance: an engine that missed any step's
     # sync would have failed above.
     assert min(moves) > 2 * BF16_TOLERANCE, moves
@@ -149,10 +170,17 @@ def test_a_reply_cut_off_by_the_length_limit_is_never_acted_on(half_right_model,
     # at the limit, and the right action, written in full, must still not be taken.
     right = tokenizer.encode("click('13')", add_special_tokens=False)
     trainer, runner = vllm_trainer(
-        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "2", "--max_completion_length", str(len(right))
+        half_right_model,
+        env_server,
+        tokenizer,
+        tmp_path,
+        "--max_turns",
+        "2",
+        "--max_completion_length",
+        str(len(right)),
     )
     try:
-        episodes = runner.run([("click-test", 0)] * 4, train.vllm_generate(trainer))
+        episodes = runner.run([("click-test", 0)] * 4, sampling(generation.vllm_generate(trainer)))
     finally:
         runner.close()
     replies = [tokens for episode in episodes for tokens in reply_tokens(episode)]
@@ -177,11 +205,13 @@ def test_replies_end_on_every_token_trl_stops_on_not_only_the_tokenizers_eos(
     trainer, runner = vllm_trainer(str(tmp_path / "model"), env_server, tokenizer, tmp_path / "run", "--max_turns", "2")
     try:
         assert trainer.eos_token_ids == [tokenizer.eos_token_id, click]
-        episodes = runner.run([("click-test", 0)] * 4, train.vllm_generate(trainer))
+        episodes = runner.run([("click-test", 0)] * 4, sampling(generation.vllm_generate(trainer)))
     finally:
         runner.close()
     assert sampled and all(reply.ids == [click] and reply.ended for _, reply in sampled)
-    assert all(episode.turns == 2 and "no valid action" in tokenizer.decode(episode.completion_ids) for episode in episodes)
+    assert all(
+        episode.turns == 2 and "no valid action" in tokenizer.decode(episode.completion_ids) for episode in episodes
+    )
 
 
 def test_an_episode_that_outgrows_the_engines_length_ends_unsolved_and_the_run_goes_on(
@@ -191,18 +221,29 @@ def test_an_episode_that_outgrows_the_engines_length_ends_unsolved_and_the_run_g
     # once ends at its second turn, unsolved, instead of the engine refusing the whole batch. A small learning
     # rate keeps the half-right policy about half right at step 2, and 8 episodes a step make it all but certain
     # that each step has such episodes (with 4, step 2 solved them all in two of a few runs here).
-    first_prompt = len(first_pages(env_server.url, tokenizer, "click-test", range(1))[0].prompt_ids)
+    first_prompt_tokens = len(first_prompt(env_server, tokenizer, "click-test", seed=0)[1])
     trainer, runner = vllm_trainer(
-        half_right_model, env_server, tokenizer, tmp_path, "--max_turns", "3", "--max_steps", "2",
-        "--vllm_max_model_length", str(first_prompt + 40), "--learning_rate", "1e-4",
-        "--per_device_train_batch_size", "8",
-    )  # fmt: skip
+        half_right_model,
+        env_server,
+        tokenizer,
+        tmp_path,
+        "--max_turns",
+        "3",
+        "--max_steps",
+        "2",
+        "--vllm_max_model_length",
+        str(first_prompt_tokens + 40),
+        "--learning_rate",
+        "1e-4",
+        "--per_device_train_batch_size",
+        "8",
+    )
     try:
         with caplog.at_level(logging.WARNING, logger="rollout"):
             trainer.train()
     finally:
         runner.close()
-    assert runner.max_context_tokens == first_prompt + 40 - trainer.max_completion_length
+    assert train.longest_context(trainer) == first_prompt_tokens + 40 - trainer.max_completion_length
     assert "ends unsolved after 1 turns: its context of" in caplog.text
     logged = [entry for entry in trainer.state.log_history if "episodes/out_of_context_share" in entry]
     assert len(logged) == 2 and all(entry["episodes/out_of_context_share"] > 0 for entry in logged)

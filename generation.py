@@ -1,0 +1,138 @@
+"""Sampling a policy's replies: with transformers or the trainer's colocated vLLM engine, and loading a policy
+(a model, a checkpoint or a LoRA adapter) to sample from.
+
+Every way of generating here is a GenerateFn: token contexts in, one Reply per context out, each cut at its
+first end-of-turn token with the log-probability of every sampled token. train.py, evaluate.py, warm_up.py and
+the benchmarks take their generation from this module.
+"""
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+
+@dataclass
+class Reply:
+    """One sampled reply: its tokens up to and including the first end-of-turn token, their log-probabilities,
+    and whether it ended with that token rather than being cut off by the length limit."""
+
+    ids: list[int]
+    logprobs: list[float]
+    ended: bool
+
+
+# Token ids of the contexts to continue -> one sampled reply per context.
+GenerateFn = Callable[[list[list[int]]], list[Reply]]
+
+
+def until_end_of_turn(sampled: list[list[int]], logprobs: list[list[float]], eos_token_ids: list[int]) -> list[Reply]:
+    """Each sample up to and including its first end-of-turn token. `eos_token_ids` are the ids generation
+    stops on (TRL's `trainer.eos_token_ids`), so the same rule holds whichever engine sampled."""
+    replies = []
+    for ids, lps in zip(sampled, logprobs, strict=True):
+        end = next((i + 1 for i, token in enumerate(ids) if token in eos_token_ids), None)
+        replies.append(Reply(ids[:end], lps[:end], ended=end is not None))
+    return replies
+
+
+def sample_replies(
+    model, contexts: list[list[int]], generation_config, pad_token_id: int, eos_token_ids: list[int], temperature: float
+) -> list[Reply]:
+    """One batched `generate` over left-padded contexts, with each sampled token's log-probability under
+    log_softmax(logits / temperature), the distribution the trainer scores (greedy decoding when temperature is
+    0: log-probs at temperature 1)."""
+    width = max(map(len, contexts))
+    input_ids = torch.tensor([[pad_token_id] * (width - len(c)) + c for c in contexts], device=model.device)
+    attention_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=model.device)
+    generation_config = copy.deepcopy(generation_config)
+    generation_config.update(output_logits=True, return_dict_in_generate=True)
+    with torch.no_grad():
+        out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config)
+    sampled = out.sequences[:, width:]
+    logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
+    logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+    return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
+
+
+def load_policy(path: str):
+    """(model, tokenizer) of a model directory, hub id or checkpoint, or of a LoRA adapter directory merged into
+    the base model it names; on the GPU when there is one."""
+    if (Path(path) / "adapter_config.json").exists():
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto").merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+def end_of_turn_ids(model, tokenizer) -> list[int]:
+    """The ids that end a reply, by the rule training stops on (TRL's): the tokenizer's and the model's own."""
+    declared = model.generation_config.eos_token_id
+    declared = [] if declared is None else [declared] if isinstance(declared, int) else list(declared)
+    return list(dict.fromkeys([tokenizer.eos_token_id, *declared]))
+
+
+def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
+    """Sampling from a loaded policy at `temperature` (0: greedy)."""
+    # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    eos_token_ids = end_of_turn_ids(model, tokenizer)
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_token_ids,
+        **(sampling or {"do_sample": False}),
+    )
+    return lambda contexts: sample_replies(model, contexts, config, tokenizer.pad_token_id, eos_token_ids, temperature)
+
+
+def trainer_generate(trainer: GRPOTrainer) -> GenerateFn:
+    """The trainer's own sampling: its colocated vLLM engine, or the training model itself."""
+    return vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer)
+
+
+def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
+    """Batched sampling with the training model, at the trainer's generation settings."""
+
+    def generate(contexts: list[list[int]]) -> list[Reply]:
+        with unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
+        ) as model:
+            pad_token_id = trainer.processing_class.pad_token_id
+            config = trainer.generation_config
+            return sample_replies(model, contexts, config, pad_token_id, trainer.eos_token_ids, trainer.temperature)
+
+    return generate
+
+
+def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
+    """Batched sampling with the colocated vLLM engine, whose weights the trainer syncs before each rollout."""
+
+    def generate(contexts: list[list[int]]) -> list[Reply]:
+        _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
+            prompts=contexts, images=None, num_generations=1
+        )
+        sampled_logprobs = [[top[0] for top in token] for token in logprobs]  # the sampled token's comes first
+        return until_end_of_turn(completion_ids, sampled_logprobs, trainer.eos_token_ids)
+
+    return generate
+
+
+def keep_vllm_cpu_weights_as_loaded() -> None:
+    """vLLM's CPU build repacks each linear layer's weight into its kernels' layout once loaded, and drops the
+    weight as loaded. TRL's colocated weight sync writes into the weights as loaded, so on a CPU it would have
+    nowhere to write (and LFM2's convolution would read its repacked weight in the wrong shape). Kept as loaded
+    and multiplied with torch's own linear, a CPU engine syncs exactly as a GPU one does."""
+    from vllm.model_executor.layers import utils
+
+    def as_loaded(layer, remove_weight: bool) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
+
+    utils.dispatch_cpu_unquantized_gemm = as_loaded
