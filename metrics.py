@@ -7,8 +7,11 @@ metrics.jsonl back with `logged_steps`.
 
 import json
 import logging
+import re
+import warnings
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
@@ -17,8 +20,28 @@ METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "learning_curve.png"
 
 
+# Warnings of libraries that the project cannot act on, said once here instead of in every run (message start,
+# category): TRL marks `rollout_func` experimental, and the recipe relies on it knowingly (the tests pin its
+# contract); TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing`.
+THIRD_PARTY_WARNINGS = [
+    ("You are using 'rollout_func'", UserWarning),
+    ("`is_gradient_checkpointing` is deprecated", FutureWarning),
+]
+
+
+class WithoutCudaKernelAdvice(logging.Filter):
+    """Without CUDA, transformers advises installing causal-conv1d for LFM2's convolutions, a CUDA-only kernel."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "falling back to its reference PyTorch implementation" not in record.getMessage()
+
+
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
+    for message, category in THIRD_PARTY_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=category)
+    if not torch.cuda.is_available():
+        logging.getLogger("transformers.integrations.hub_kernels").addFilter(WithoutCudaKernelAdvice())
 
 
 def with_training_time(logs: dict) -> dict:

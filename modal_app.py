@@ -59,7 +59,7 @@ HF_CACHE_DIR = "/root/.cache/huggingface"
 image = (
     modal.Image.debian_slim(python_version="3.11")  # no browser: the environment servers run elsewhere
     .pip_install_from_pyproject(str(PROJECT_DIR / "pyproject.toml"), optional_dependencies=["gpu"])
-    .env({"HF_HOME": HF_CACHE_DIR, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    .env({"HF_HOME": HF_CACHE_DIR})
     .add_local_python_source(*LOCAL_MODULES)
     .add_local_file(PROJECT_DIR / DOCKERFILE, f"/root/{DOCKERFILE}")
 )

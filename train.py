@@ -59,6 +59,7 @@ class RecipeConfig(GRPOConfig):
             elif self.use_vllm:
                 log.warning("No CUDA device: generating with vLLM's CPU build (vllm_on_cpu)")
             self.bf16 = False
+            self.dataloader_pin_memory = False  # pinned memory serves a copy to a GPU
         super().__post_init__()
 
 

@@ -114,7 +114,7 @@ def fine_tune(
         disable_tqdm=True,
         use_cpu=True,
         bf16=False,  # bf16 autocast on a CPU is several times slower than fp32
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         seed=0,
     )
     trainer = SFTTrainer(

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ from transformers import AutoTokenizer
 
 from env_client import BrowserGymEnv, LocalEnvServer
 from helpers import RESUMABLE, ROOT, train_command
+from metrics import THIRD_PARTY_WARNINGS
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import warm_up
 
@@ -55,6 +57,11 @@ def uninterrupted_run(tmp_path_factory, half_right_model):
     command = train_command(half_right_model, output_dir, *RESUMABLE)
     subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
     return output_dir
+
+
+def pytest_configure(config):
+    for message, category in THIRD_PARTY_WARNINGS:  # what a run's setup_logging silences, silenced here too
+        config.addinivalue_line("filterwarnings", f"ignore:{re.escape(message)}:{category.__name__}")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,6 +1,7 @@
 import logging
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -25,6 +26,17 @@ def test_the_recipe_config_loads_with_its_real_settings():
     assert rollout_args.num_task_seeds == 1000
     assert set(model_args.lora_target_modules) == LFM2_LINEAR_LAYERS
     assert not model_args.use_peft  # full fine-tune unless --use_peft
+
+
+@pytest.mark.parametrize(
+    "config", ["config.yaml", *(f"configs/{path.name}" for path in (ROOT / "configs").glob("*.yaml"))]
+)
+def test_a_shipped_config_sets_no_deprecated_option(config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        parse_config(config)
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert deprecations == []
 
 
 def test_the_recipe_asks_for_colocated_vllm_on_the_gpu():

@@ -89,6 +89,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
     )
     assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
     assert "stopped the local environment server" in log
+    assert "Warning:" not in log, [line for line in log.splitlines() if "Warning:" in line]  # a clean run
     assert (tmp_path / "model.safetensors").exists()
     assert env_server_pids() <= before
 
