@@ -11,7 +11,7 @@ RUN apt-get update \
 
 # What env_server.py, miniwob_env.py and actions.py import (tests/test_dockerfile.py keeps this list complete).
 RUN pip install --no-cache-dir "openenv>=0.10,<0.11" "browsergym-miniwob>=0.14" "miniwob>=1.0" \
-    "playwright" "pydantic>=2" "uvicorn>=0.30"
+    "playwright" "psutil" "pydantic>=2" "uvicorn>=0.30"
 
 RUN useradd --create-home env
 WORKDIR /app

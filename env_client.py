@@ -3,6 +3,7 @@ BrowserGym environment), env_server.py as a child process for runs that start th
 servers a run spreads its sessions over."""
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -134,6 +135,27 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def cpu_reading(url: str, token: str | None = None, timeout_s: float = 5.0) -> tuple[float, int] | None:
+    """(CPU seconds, episodes begun) so far of a server and its browsers, from its GET /cpu; None from a server
+    without one (OpenEnv's public BrowserGym server) or one that does not answer."""
+    token = token or os.environ.get(TOKEN_VARIABLE)
+    request = urllib.request.Request(f"{url}/cpu", headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            reading = json.load(response)
+        return float(reading["cpu_s"]), int(reading["episodes"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def cpu_s_per_episode(before: dict, after: dict) -> float | None:
+    """The environment's CPU seconds per episode between two sets of readings {url: cpu_reading}, over the servers
+    read both times; None where no episode began on them."""
+    both = [url for url in after if before.get(url) and after[url]]
+    episodes = sum(after[url][1] - before[url][1] for url in both)
+    return sum(after[url][0] - before[url][0] for url in both) / episodes if episodes > 0 else None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -191,6 +213,10 @@ class ServerPool:
             restart.start()
         self._out[index] = restart
         log.warning("environment server %s failed: out of the rotation%s", url, " while it restarts" if restart else "")
+
+    def cpu_readings(self, token: str | None = None) -> dict[str, tuple[float, int] | None]:
+        """Each server's cpu_reading."""
+        return {url: cpu_reading(url, token) for url in self.urls}
 
     def wait_for_one(self) -> None:
         """Waits, at most recovery_wait_s, for a server to be up."""

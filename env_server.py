@@ -12,6 +12,7 @@ process that started it. The environment itself is miniwob_env.py's.
 """
 
 import argparse
+import contextlib
 import functools
 import hmac
 import inspect
@@ -19,11 +20,13 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
 
 import miniwob
+import psutil
 import uvicorn
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
@@ -31,7 +34,7 @@ from playwright._impl import _connection, _sync_base
 from playwright.sync_api import sync_playwright
 
 from env_protocol import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
-from miniwob_env import TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from miniwob_env import RELOAD_EVERY, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
 log = logging.getLogger("env_server")
 
@@ -39,23 +42,28 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SHUTDOWN_GRACE_S = 10.0
 
 
-class _InspectWithoutSourceLines:
-    """The `inspect` module as Playwright's call path sees it, except that `stack()` reads no source lines."""
+class _InspectWithoutSourceLookups:
+    """The `inspect` module as Playwright's call path sees it, except that `stack()` only walks the frames."""
 
     def __getattr__(self, name: str):
         return getattr(inspect, name)
 
     @staticmethod
     def stack(context: int = 1) -> list[inspect.FrameInfo]:
-        return inspect.stack(0)
+        frames, frame = [], sys._getframe(1)
+        while frame is not None:
+            code = frame.f_code
+            frames.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None))
+            frame = frame.f_back
+        return frames
 
 
 def record_playwright_stacks_cheaply() -> None:
     """Playwright 1.44 (BrowserGym's pin) records the caller's stack at every API call with `inspect.stack()`,
-    which reads each frame's source line; a MiniWoB episode makes about 70 such calls. Playwright uses only
-    the file names, line numbers and function names, which `inspect.stack(0)` gives without reading source
-    (as later Playwright releases do)."""
-    _sync_base.inspect = _connection.inspect = _InspectWithoutSourceLines()
+    which reads each frame's source line and looks up its file and module; for code run by `exec`, as BrowserGym
+    runs actions, that lookup goes through every loaded module, about 15 ms a frame. Playwright uses only the
+    frames, file names, line numbers and function names, which the frames hold."""
+    _sync_base.inspect = _connection.inspect = _InspectWithoutSourceLookups()
 
 
 def use_packaged_miniwob_pages() -> None:
@@ -133,30 +141,49 @@ class RequireToken:
         await self.app(scope, receive, send)
 
 
-def build_app(
-    default_task: str = DEFAULT_TASK,
-    max_sessions: int = 16,
-    browsers: int = 2,
-    screenshots: bool = False,
-    settle_ms: int = 0,
-    idle_timeout_s: float | None = 600.0,
-    token: str | None = None,
-):
-    pool = BrowserPool(browsers)
+def build_app(args: argparse.Namespace, token: str | None):
+    """The OpenEnv app of the command line's settings: sessions of MiniWoBEnvironment on a pool of browsers, and
+    GET /cpu."""
+    pool = BrowserPool(args.browsers)
+    environment = functools.partial(
+        MiniWoBEnvironment,
+        pool=pool,
+        default_task=args.task,
+        screenshots=args.screenshots,
+        settle_ms=args.settle_ms,
+        reload_every=args.reload_every,
+    )
+    # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
+    sessions = ConcurrencyConfig(max_concurrent_envs=args.max_sessions, session_timeout=args.idle_timeout_s or None)
     app = create_app(
-        functools.partial(
-            MiniWoBEnvironment, pool=pool, default_task=default_task, screenshots=screenshots, settle_ms=settle_ms
-        ),
+        environment,
         BrowserGymAction,
         BrowserGymObservation,
         env_name="browsergym_miniwob",
         state_cls=BrowserGymState,
-        # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
-        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s or None),
+        concurrency_config=sessions,
     )
+
+    @app.get("/cpu")
+    def cpu() -> dict:
+        """The CPU seconds this server and its browsers have spent, and the episodes its sessions have begun: two
+        readings give a client the environment's CPU-seconds per episode between them."""
+        return {"cpu_s": process_tree_cpu_s(), "episodes": pool.episodes}
+
     if token:
         app.add_middleware(RequireToken, token=token)
     return app
+
+
+def process_tree_cpu_s() -> float:
+    """CPU seconds of this process and its descendants, the browsers included; each process's own and those of
+    its children that have exited (Chromium's renderers come and go)."""
+    total = 0.0
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def exposure(host: str, token: str | None) -> str | None:
@@ -183,6 +210,12 @@ def main() -> None:
         "--settle-ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
     )
     parser.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long (0: never)")
+    parser.add_argument(
+        "--reload-every",
+        type=int,
+        default=RELOAD_EVERY,
+        help="load a task's page afresh every N episodes, restarting the episodes between in the page (1: every time)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -201,9 +234,9 @@ def main() -> None:
     use_packaged_miniwob_pages()
     ensure_chromium()
     record_playwright_stacks_cheaply()
-    app = build_app(
-        args.task, args.max_sessions, args.browsers, args.screenshots, args.settle_ms, args.idle_timeout_s, token
-    )
+    if args.reload_every < 1:
+        parser.error(f"--reload-every must be at least 1, got {args.reload_every}")
+    app = build_app(args, token)
     log.info(
         "serving MiniWoB (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, "
         "idle ones closed after %.0fs",

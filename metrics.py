@@ -103,6 +103,12 @@ def weakest_task(logs: dict) -> str:
     return f" (weakest {task} {100 * success[task]:.0f}%)"
 
 
+def environment_cpu(logs: dict) -> str:
+    """| environment 0.05 CPU-s/episode, where the servers report their CPU."""
+    cpu = logs.get("environment/cpu_s_per_episode")
+    return "" if cpu is None else f" | environment {cpu:.3f} CPU-s/episode"
+
+
 class StepPrinter(TrainerCallback):
     """One line per logged step, with the numbers worth watching, and where the step's time went."""
 
@@ -112,7 +118,7 @@ class StepPrinter(TrainerCallback):
         logs = with_training_time(logs)
         log.info(
             "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
-            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs",
+            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s",
             state.global_step,
             state.max_steps,
             100 * logs.get("episodes/success_rate", float("nan")),
@@ -128,6 +134,7 @@ class StepPrinter(TrainerCallback):
             logs.get("time/generation_s", float("nan")),
             logs.get("time/environment_s", float("nan")),
             logs.get("time/training_s", float("nan")),
+            environment_cpu(logs),
         )
 
 

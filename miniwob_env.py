@@ -1,13 +1,14 @@
 """The MiniWoB++ environment behind env_server.py: BrowserGym's tasks on a few long-lived browsers, one browser
-context per session, as an OpenEnv `Environment`.
+context per session, episodes restarted in the page the task already loaded, as an OpenEnv `Environment`.
 
 The task, its goal, the actions, their execution, the observation and the reward are BrowserGym's own; what this
-module changes is the browsers' lifecycle (see MiniWoBEnvironment). Hosting it (the app, the token, the
-process) is env_server.py's job.
+module changes is the browsers' lifecycle (see MiniWoBEnvironment) and what an observation costs. Hosting it (the
+app, the token, the process) is env_server.py's job.
 """
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
@@ -31,9 +32,45 @@ from actions import action_code
 from env_protocol import DEFAULT_TASK, MAX_SEED, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
+# The observation's fields a client can ask for at reset; screenshots come only with `screenshot=True`.
+OBSERVATION_FIELDS = ("text", "url", "goal", "axtree_txt", "pruned_html", "error", "last_action_error")
+RELOAD_EVERY = 100  # episodes restarted in one page before it is loaded afresh
+# Tasks whose episodes are always loaded afresh, because a restart in the page gave another episode than a fresh load
+# of the same seed (tests/test_in_page_restart.py, and six seeds each in docs/environment.md). Tasks whose pages hold
+# jQuery handlers are loaded afresh without being listed (see RESTART).
+LABELLED_CONTROLS = (
+    "Chromium leaves a label's text out of the accessibility tree when the task writes a label holding a control "
+    "into a page it has laid out before"
+)
+LOADED_AFRESH = {
+    **dict.fromkeys(
+        ["click-checkboxes", "click-checkboxes-large", "click-checkboxes-soft", "click-checkboxes-transfer"],
+        LABELLED_CONTROLS,
+    ),
+    "click-option": LABELLED_CONTROLS,
+    "click-widget": LABELLED_CONTROLS,
+    "scroll-text": "the task sets its text area's text, which does not replace what an episode typed into it",
+    "scroll-text-2": "the task sets its text area's text, which does not replace what an episode typed into it",
+    "stock-market": "the page changes by itself: the price is redrawn every 100 ms",
+}
 
 # BrowserGym's MiniWoB task classes by task name (click-test, enter-text, ...).
 TASK_CLASSES = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
+
+
+class OneDevToolsSession:
+    """A page as BrowserGym's extraction functions see it, except that the DevTools session each of them opens is the
+    page's one session, which their `detach()` leaves open: opening and detaching one costs two round trips to the
+    browser, and an observation opened three."""
+
+    def __init__(self, page):
+        self._page = page
+        session = page.context.new_cdp_session(page)
+        kept = SimpleNamespace(send=session.send, detach=lambda: None)
+        self.context = SimpleNamespace(new_cdp_session=lambda page: kept)
+
+    def __getattr__(self, name: str):
+        return getattr(self._page, name)
 
 
 class BrowserWorker:
@@ -73,11 +110,17 @@ class BrowserWorker:
 
 
 class BrowserPool:
-    """A fixed set of browser workers; each new session joins the one with the fewest sessions."""
+    """A fixed set of browser workers; each new session joins the one with the fewest sessions. It counts the
+    episodes its sessions begin."""
 
     def __init__(self, size: int):
         self.workers = [BrowserWorker() for _ in range(size)]
+        self.episodes = 0
         self._lock = threading.Lock()
+
+    def count_episode(self) -> None:
+        with self._lock:
+            self.episodes += 1
 
     def assign(self) -> BrowserWorker:
         with self._lock:
@@ -90,22 +133,93 @@ class BrowserPool:
             worker.sessions -= 1
 
 
-class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
-    """One session: a browser context and a page that each episode loads its task into anew.
+# Installed in every page before the page's own scripts: from the first episode on, it keeps what an episode attaches
+# to the page outside what the task's generator replaces (listeners on what the page held when the episode began,
+# timers, animation frames), so that a restart can take it off again, as a fresh load would.
+EPISODE_TRACKER = """(() => {
+  const add = EventTarget.prototype.addEventListener, remove = EventTarget.prototype.removeEventListener;
+  const setTimeout_ = window.setTimeout, setInterval_ = window.setInterval, frame_ = window.requestAnimationFrame;
+  const capture = (options) => typeof options === "boolean" ? options : Boolean(options && options.capture);
+  let survivors = null, listeners = [], timers = [], frames = [];
+  EventTarget.prototype.addEventListener = function (type, listener, options) {
+    if (survivors && survivors.has(this)) listeners.push([this, type, listener, capture(options)]);
+    return add.call(this, type, listener, options);
+  };
+  EventTarget.prototype.removeEventListener = function (type, listener, options) {
+    const match = ([t, y, l, c]) => t === this && y === type && l === listener && c === capture(options);
+    listeners = listeners.filter((entry) => !match(entry));
+    return remove.call(this, type, listener, options);
+  };
+  window.setTimeout = function () { const id = setTimeout_.apply(this, arguments); timers.push(id); return id; };
+  window.setInterval = function () { const id = setInterval_.apply(this, arguments); timers.push(id); return id; };
+  window.requestAnimationFrame = function () { const id = frame_.apply(this, arguments); frames.push(id); return id; };
+  const begin = () => {
+    survivors = new WeakSet([window, document, ...document.querySelectorAll("*")]);
+    listeners = []; timers = []; frames = [];
+  };
+  window.__episode = {
+    begin,
+    // False where it cannot: jQuery keeps its own list of the handlers behind the one listener it adds.
+    undo() {
+      const data = window.jQuery && window.jQuery._data;
+      if (data && listeners.some(([target, , listener]) => data(target).handle === listener)) return false;
+      for (const [target, type, listener, capture] of listeners) remove.call(target, type, listener, capture);
+      timers.forEach((id) => { clearTimeout(id); clearInterval(id); });
+      frames.forEach((id) => cancelAnimationFrame(id));
+      return true;
+    },
+  };
+  window.addEventListener("load", () => setTimeout_(begin, 0));  // the first episode begins after the page's onload
+})();"""
 
-    Stock BrowserGym launches two browsers at every reset (the page's and a chat window's) and sleeps half a
-    second before each observation. Here a few long-lived browsers serve all sessions, each session has its
-    own context (cookies, storage, pages), and each reset loads the task's page into the session's page as a
-    new document, with cookies and storage cleared: no state crosses episodes, and Chromium keeps its
-    renderer process. There is no chat window, and an observation is taken once the page has loaded (after
-    `settle_ms`, 0 by default, for tasks that animate). The task, its goal, the actions, their execution,
-    the observation and the reward are BrowserGym's own.
+# A new episode in the page the task has loaded, as MiniWoB's own instances start one (end the running episode, seed,
+# startEpisodeReal), with what BrowserGym's setup does besides, and what a fresh load would have cleared: the
+# episode's listeners and timers, BrowserGym's element ids, storage and focus. [ready, goal], or null where the page
+# cannot be restarted.
+RESTART = """([seed, maxTime]) => {
+  if (!window.__episode || !window.core || !window.removeDisplay) return null;
+  core.endEpisode(0);
+  if (!window.__episode.undo()) return null;
+  delete window.browsergym_elem_counter;
+  delete window.browsergym_frame_id_generator;
+  for (const name of ["bid", "browsergym_visibility_ratio", "browsergym_set_of_marks"]) {
+    for (const element of document.querySelectorAll(`[${name}]`)) element.removeAttribute(name);
+  }
+  try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}
+  if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
+  window.__episode.begin();
+  Math.seedrandom(seed);
+  core.EPISODE_MAX_TIME = maxTime;
+  core.startEpisodeReal();
+  return [WOB_TASK_READY, core.getUtterance()];
+}"""
+
+
+class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
+    """One session: a browser context, and a page that holds the task of the last reset.
+
+    Stock BrowserGym launches two browsers at every reset (the page's and a chat window's), loads the task's page
+    and sleeps half a second before each observation. Here a few long-lived browsers serve all sessions, each
+    session has its own context (cookies, storage, pages), and a reset to the task the page already holds restarts
+    the episode in that page, as MiniWoB's own instances do: no page load, no new document. A reset to another
+    task, a page that crashed or navigated away, a page that holds jQuery handlers the last episode added, a task in
+    LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared.
+    Either way no cookie, storage, element id, listener, timer or task state crosses episodes: the equivalence
+    tests compare each restart with a fresh load of the same seed over every task. The observation is taken once
+    the page is ready (after `settle_ms`, 0 by default, for tasks that animate), with the fields a client asked
+    for at reset (all by default). The task, its goal, the actions, their execution, the observation and the
+    reward are BrowserGym's own.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(
-        self, pool: BrowserPool, default_task: str = DEFAULT_TASK, screenshots: bool = False, settle_ms: int = 0
+        self,
+        pool: BrowserPool,
+        default_task: str = DEFAULT_TASK,
+        screenshots: bool = False,
+        settle_ms: int = 0,
+        reload_every: int = RELOAD_EVERY,
     ):
         super().__init__()
         self._pool = pool
@@ -113,10 +227,14 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._default_task = default_task
         self._screenshots = screenshots
         self._settle_ms = settle_ms
+        self._reload_every = reload_every
+        self._fields = frozenset(OBSERVATION_FIELDS)
         self._context = None
         self._timeout = None
         self._page = None
+        self._read = None  # the page as BrowserGym's extraction reads it, through the page's one DevTools session
         self._task = None
+        self._episodes_in_page = 0
         self._state = BrowserGymState()
 
     def reset(
@@ -125,7 +243,10 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         episode_id: str | None = None,
         task_name: str | None = None,
         screenshot: bool | None = None,
+        fields: list[str] | None = None,
     ) -> BrowserGymObservation:
+        """A new episode of `task_name` (default: the server's task) on `seed`. `fields` names the observation's
+        fields to fill for this episode (default: all); `screenshot=True` adds the page's pixels."""
         self._check_open()
         task_name = task_name or self._default_task
         if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
@@ -133,8 +254,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if task_name not in TASK_CLASSES:
             examples = ", ".join(sorted(TASK_CLASSES)[:5])
             raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
+        if fields is not None and not (isinstance(fields, list) and set(fields) <= set(OBSERVATION_FIELDS)):
+            raise ValueError(f"fields must be a list of observation fields ({', '.join(OBSERVATION_FIELDS)})")
         if screenshot is not None:
             self._screenshots = screenshot
+        self._fields = frozenset(OBSERVATION_FIELDS if fields is None else fields)
         return self._worker.call(self._reset, seed, episode_id, task_name)
 
     def step(self, action: BrowserGymAction, timeout_s: float | None = None, **kwargs: Any) -> BrowserGymObservation:
@@ -159,14 +283,43 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             self._pool.release(worker)
 
     def _reset(self, seed: int | None, episode_id: str | None, task_name: str) -> BrowserGymObservation:
-        if self._task is not None:
-            self._task.teardown()
-        self._task = TASK_CLASSES[task_name](seed=seed)
-        goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
+        goal = self._restart(TASK_CLASSES[task_name](seed=seed))
+        restarted = goal is not None
+        if not restarted:
+            self._task = TASK_CLASSES[task_name](seed=seed)  # afresh: the restart drew from the task's generator
+            goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
+            self._episodes_in_page = 0
+        self._episodes_in_page += 1
+        self._pool.count_episode()
         self._state = BrowserGymState(
             episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal
         )
-        return self._observation(error="", reward=0.0, done=False)
+        return self._observation(error="", reward=0.0, done=False, restarted_in_page=restarted)
+
+    def _restart(self, task) -> str | None:
+        """The goal of `task`'s episode restarted in the session's page; None where it must be loaded afresh."""
+        if not (
+            self._task is not None
+            and type(self._task) is type(task)
+            and task.subdomain not in LOADED_AFRESH
+            and self._episodes_in_page < self._reload_every
+            and not self._page.is_closed()
+            and self._page.url == task.url
+        ):
+            return None
+        try:
+            self._context.clear_cookies()
+            started = self._page.evaluate(RESTART, [task.random.randint(0, 1000000), task.episode_max_time])
+            if started is None:
+                return None
+            ready, goal = started
+            if not ready:
+                self._page.wait_for_function("() => WOB_TASK_READY")
+                goal = self._page.evaluate("() => core.getUtterance()")
+        except PlaywrightError:  # the page crashed: a fresh load replaces it
+            return None
+        task.page, self._task = self._page, task
+        return goal["utterance"] if isinstance(goal, dict) else goal
 
     def _step(self, action_str: str) -> BrowserGymObservation:
         try:
@@ -188,9 +341,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if self._page is None or self._page.is_closed():
             self._close_context()
             self._context = self._worker.new_context(viewport=task.viewport)
+            self._context.add_init_script(EPISODE_TRACKER)
             self._context.set_default_timeout(task.timeout)
             self._timeout = task.timeout
             self._page = self._context.new_page()
+            self._read = OneDevToolsSession(self._page)
         else:
             self._context.clear_cookies()
             self._page.evaluate(CLEAR_STORAGE)
@@ -204,43 +359,53 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     def _close_context(self) -> None:
         if self._context is not None:
             self._context.close()
-        self._page = self._context = None
+        self._page = self._context = self._read = None
 
     def _end_session(self) -> None:
-        if self._task is not None:
-            self._task.teardown()
-            self._task = None
+        self._task = None
         self._close_context()
 
-    def _observation(self, error: str, reward: float, done: bool) -> BrowserGymObservation:
-        dom, axtree = self._extract_dom_and_axtree()
-        axtree_txt = flatten_axtree_to_str(axtree)
+    def _observation(
+        self, error: str, reward: float, done: bool, restarted_in_page: bool | None = None
+    ) -> BrowserGymObservation:
+        fields = self._fields
+        dom, axtree = self._extract_dom_and_axtree(
+            dom="pruned_html" in fields, axtree=bool({"axtree_txt", "text"} & fields)
+        )
+        axtree_txt = flatten_axtree_to_str(axtree) if axtree else ""
         self._state.current_url = self._page.url
+        metadata = {"task_name": self._state.task_name, "step": self._state.step_count}
+        if restarted_in_page is not None:
+            metadata["restarted_in_page"] = restarted_in_page
+        values = {
+            "text": axtree_txt,
+            "url": self._page.url,
+            "goal": self._state.goal,
+            "axtree_txt": axtree_txt,
+            "pruned_html": prune_html(flatten_dom_to_str(dom)) if dom else "",
+            "error": error,
+            "last_action_error": bool(error),
+        }
         return BrowserGymObservation(
-            text=axtree_txt,
-            url=self._page.url,
-            screenshot=extract_screenshot(self._page).tolist() if self._screenshots else None,
-            goal=self._state.goal,
-            axtree_txt=axtree_txt,
-            pruned_html=prune_html(flatten_dom_to_str(dom)),
-            error=error,
-            last_action_error=bool(error),
+            **{name: value for name, value in values.items() if name in fields},
+            screenshot=extract_screenshot(self._read).tolist() if self._screenshots else None,
             reward=reward,
             done=done,
-            metadata={"task_name": self._state.task_name, "step": self._state.step_count},
+            metadata=metadata,
         )
 
-    def _extract_dom_and_axtree(self):
-        # As BrowserGym does: mark every element with its bid, read the DOM and the accessibility tree,
-        # unmark; a page still changing under the marking gets one lenient second try.
+    def _extract_dom_and_axtree(self, dom: bool, axtree: bool):
+        # As BrowserGym does: mark every element with its bid (which the actions find elements by), read the DOM and
+        # the accessibility tree, unmark; a page still changing under the marking gets one lenient second try.
         for lenient in (False, True):
             try:
                 _pre_extract(self._page, tags_to_mark="standard_html", lenient=lenient)
-                dom, axtree = extract_dom_snapshot(self._page), extract_merged_axtree(self._page)
+                snapshot = extract_dom_snapshot(self._read) if dom else None
+                tree = extract_merged_axtree(self._read) if axtree else None
                 break
             except (PlaywrightError, MarkingError):
                 _post_extract(self._page)
                 if lenient:
                     raise
         _post_extract(self._page)
-        return dom, axtree
+        return snapshot, tree

@@ -10,6 +10,9 @@ import re
 from actions import describe_actions
 from env_protocol import BrowserGymObservation
 
+# The observation's fields the messages read: at reset a server is asked for these alone.
+OBSERVATION_FIELDS = ["goal", "axtree_txt", "error"]
+
 SYSTEM_PROMPT = (
     "You control a web browser to complete a task. Each turn you get the page as an accessibility tree, "
     "where [N] is the id (bid) of an element. Reply with exactly one action.\n\n" + describe_actions()

@@ -25,7 +25,7 @@ from arguments import EnvArguments
 from env_client import BrowserGymEnv, ServerPool
 from env_protocol import BrowserGymAction, BrowserGymObservation
 from generation import GenerateFn, Reply
-from prompts import ChatTurns, feedback
+from prompts import OBSERVATION_FIELDS, ChatTurns, feedback
 from rewards import solved
 
 log = logging.getLogger("rollout")
@@ -180,6 +180,7 @@ class EpisodeRunner:
         self._loop = asyncio.new_event_loop()
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._sessions: list[tuple[BrowserGymEnv, str]] = []  # each session's client and server
+        self._page_task: dict[BrowserGymEnv, str] = {}  # the task each session's page holds
 
     def run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None = None) -> list[Episode]:
         """Plays one episode per (task_name, seed) and returns them in the same order. An episode whose context
@@ -202,7 +203,7 @@ class EpisodeRunner:
         self._policy_thread.shutdown()
 
     async def _drop_sessions(self) -> None:
-        sessions, self._sessions = self._sessions, []
+        sessions, self._sessions, self._page_task = self._sessions, [], {}
 
         async def drop(client: BrowserGymEnv) -> None:
             with contextlib.suppress(Exception):  # a dead or hung server cannot answer; the socket closes anyway
@@ -218,7 +219,8 @@ class EpisodeRunner:
             raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip(), server) from e
 
     async def _run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None):
-        sessions = await self._open_sessions(len(specs))
+        await self._open_sessions(len(specs))
+        sessions = self._sessions_for([task for task, _ in specs])
         episodes = [Episode(task_name, seed) for task_name, seed in specs]
         batcher = ReplyBatcher(policy, episodes, self.batch_wait_s, self._policy_thread)
         try:
@@ -236,8 +238,9 @@ class EpisodeRunner:
         episode = batcher.episodes[index]
         try:
             options = {"screenshot": True} if self.screenshots else {}
-            reset = client.reset(task_name=episode.task_name, seed=episode.seed, **options)
+            reset = client.reset(task_name=episode.task_name, seed=episode.seed, fields=OBSERVATION_FIELDS, **options)
             episode.first_observation = episode.observation = (await self._environment(reset, server)).observation
+            self._page_task[client] = episode.task_name
             episode.prompt_ids = self.chat.first_prompt(episode.observation)
             for turn in range(self.env.max_turns):
                 if episode.done or self._end_if_out_of_context(episode, max_context_tokens):
@@ -279,11 +282,22 @@ class EpisodeRunner:
         episode.end_out_of_context()
         return True
 
-    async def _open_sessions(self, count: int) -> list[tuple[BrowserGymEnv, str]]:
-        """`count` sessions, opening what is missing on the servers up (all of them if none answers) that hold
-        the fewest sessions."""
+    def _sessions_for(self, tasks: list[str]) -> list[tuple[BrowserGymEnv, str]]:
+        """A session for each episode's task, preferring one whose page holds that task already: the server
+        restarts an episode in the page it has loaded, at a fraction of the cost of loading one."""
+        free, chosen = list(self._sessions), {}
+        for index, task in enumerate(tasks):
+            holding = next((session for session in free if self._page_task.get(session[0]) == task), None)
+            if holding is not None:
+                free.remove(holding)
+                chosen[index] = holding
+        return [chosen[index] if index in chosen else free.pop(0) for index in range(len(tasks))]
+
+    async def _open_sessions(self, count: int) -> None:
+        """At least `count` sessions, opening what is missing on the servers up (all of them if none answers) that
+        hold the fewest sessions."""
         if len(self._sessions) >= count:
-            return self._sessions[:count]
+            return
         up = self.servers.up() or self.servers.urls
         while len(self._sessions) < count:
             server = min(up, key=lambda url: sum(url == held for _, held in self._sessions))
@@ -292,4 +306,3 @@ class EpisodeRunner:
             self._sessions.append((client, server))
         spread = ", ".join(f"{url} x{n}" for url, n in self.sessions_per_server().items() if n)
         log.info("%d sessions on %d of %d environment servers: %s", count, len(up), len(self.servers.urls), spread)
-        return self._sessions[:count]

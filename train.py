@@ -28,7 +28,7 @@ from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from arguments import EnvArguments, RolloutArguments
-from env_client import LocalEnvServer, open_server_pool
+from env_client import LocalEnvServer, cpu_s_per_episode, open_server_pool
 from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
 from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
@@ -127,9 +127,10 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
         generate, generating = timed(trainer_generate(trainer))
-        start = time.perf_counter()
+        start, cpu_before = time.perf_counter(), runner.servers.cpu_readings(runner.env.env_token)
         episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate, longest_context(trainer))
         seconds = time.perf_counter() - start
+        environment_cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings(runner.env.env_token))
         for task, of_task in episodes_by_task(episodes).items():
             sampler.update(task, [e.solved for e in of_task])
         metrics = episode_metrics(episodes) | {
@@ -141,6 +142,8 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
             "time/generation_s": sum(generating),
             "time/environment_s": seconds - sum(generating),
         }
+        if environment_cpu is not None:  # what the servers and their browsers spent, per episode begun on them
+            metrics["environment/cpu_s_per_episode"] = environment_cpu
         # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
         # these reach metrics.jsonl, the step line and any configured tracker alike.
         for name, value in metrics.items():

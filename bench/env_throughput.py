@@ -1,189 +1,144 @@
-"""Environment throughput: stock BrowserGym and env_server.py side by side on MiniWoB click-test.
+"""Environment throughput: the stock BrowserGym loop and env_server.py side by side, CPU-seconds per episode.
 
-    python bench/env_throughput.py                       # 40 episodes each, then 8 concurrent sessions
-    python bench/env_throughput.py --episodes 100 --sessions 8
+    python bench/env_throughput.py                         # 40 stock episodes, 200 server episodes per setup
+    python bench/env_throughput.py --stock-episodes 20 --episodes 400
 
-One episode is a reset and a click on the button, checked to give reward 1.0. For each setup it prints
-wall-clock episodes per second, CPU-seconds per episode (the whole machine's, from /proc/stat: Python,
-the server, every Chromium process) and the peak memory (PSS) of the environment's process tree, then
-the ratios against the stock loop. Run it on an otherwise idle machine.
+Two workloads: click-test (a reset and a click on the button, checked to solve it), and the page-reading mix (the
+six page-reading tasks, each played by its scripted plan's right actions, up to three). The mix is played as the
+trainer plays it: groups of 4 episodes of one task instance, each group's task drawn at random. Setups:
+- the stock BrowserGym loop: gymnasium environments, one episode after another;
+- env_server.py loading every episode's page afresh (`--reload-every 1`, as before in-page restarts), and
+  restarting episodes in the page (the default), each with 1 and with 8 sessions, driven by the recipe's own
+  rollout code (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
+- env_server.py driven by OpenEnv's generic client, which asks for every field, one session.
+CPU is the whole machine's (the client's Python, the server, every Chromium process), so run it on an otherwise idle
+machine; it prints CPU-seconds and wall seconds per episode for each setup, and each against the stock loop.
 """
 
 import argparse
-import asyncio
-import contextlib
 import os
-import threading
+import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import gymnasium as gym
 import psutil
 from browsergym.utils.obs import flatten_axtree_to_str
+from openenv.core.generic_client import GenericEnvClient
 
 import env_server
-from env_client import BrowserGymEnv, LocalEnvServer
-from env_protocol import BrowserGymAction
-from scripted_policy import plan
+from arguments import EnvArguments
+from env_client import LocalEnvServer, ServerPool, cpu_reading
+from rollout import EpisodeRunner
+from scripted_policy import following_plans, plan
+from tasks import PRESETS
+from tiny_lfm2 import build_tokenizer
 
-
-@dataclass
-class Result:
-    name: str
-    episodes: int
-    wall_s: float
-    cpu_s: float
-    peak_mb: float
-
-    @property
-    def episodes_per_s(self) -> float:
-        return self.episodes / self.wall_s
-
-    @property
-    def cpu_s_per_episode(self) -> float:
-        return self.cpu_s / self.episodes
+MIX = PRESETS["page-reading"]
+GROUP = 4  # episodes per task instance, as num_generations
+STOCK_THREAD = ThreadPoolExecutor(max_workers=1)
 
 
 def machine_cpu_seconds() -> float:
-    """CPU time spent by every process on the machine since boot (user, nice, system, irq, softirq)."""
     times = psutil.cpu_times()
     return times.user + times.nice + times.system + times.irq + times.softirq
 
 
-def tree_memory_mb(root: int) -> float:
-    """Proportional set size (PSS) of a process and all its descendants: resident memory with each shared
-    page counted once across the processes sharing it, so Chromium's many processes are not over-counted."""
-    total = 0
-    parent = psutil.Process(root)
-    for process in [parent, *parent.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            total += process.memory_full_info().pss
-    return total / 2**20
+def measure(episodes: int, run: Callable[[], None], server: str | None = None) -> tuple[float, float, float | None]:
+    """(machine CPU seconds, the server's own CPU seconds, wall seconds) per episode of `run`, which plays `episodes`
+    episodes; the server's from its GET /cpu."""
+    cpu, wall, server_cpu = machine_cpu_seconds(), time.perf_counter(), server and cpu_reading(server)[0]
+    run()
+    server_cpu = server and (cpu_reading(server)[0] - server_cpu) / episodes
+    return (machine_cpu_seconds() - cpu) / episodes, server_cpu, (time.perf_counter() - wall) / episodes
 
 
-class PeakMemory:
-    """Samples a process tree's resident memory in the background and keeps the peak."""
-
-    def __init__(self, root: int):
-        self.root, self.peak_mb, self._stop = root, 0.0, threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info):
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self):
-        while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, tree_memory_mb(self.root))
-            self._stop.wait(1.0)
+def instances(workload: str, episodes: int, first_seed: int) -> list[tuple[str, int]]:
+    """(task, seed) of each episode: groups of GROUP episodes of one instance, as a GRPO step plays them."""
+    rng = random.Random(first_seed)
+    groups = [
+        (rng.choice(MIX) if workload == "mix" else "click-test", first_seed + g) for g in range(episodes // GROUP)
+    ]
+    return [group for group in groups for _ in range(GROUP)]
 
 
-def measure(name: str, episodes: int, memory_root: int, run) -> Result:
-    with PeakMemory(memory_root) as memory:
-        cpu, wall = machine_cpu_seconds(), time.perf_counter()
-        run()
-        wall, cpu = time.perf_counter() - wall, machine_cpu_seconds() - cpu
-    return Result(name, episodes, wall, cpu, memory.peak_mb)
+def stock_loop(workload: str, episodes: int, first_seed: int) -> None:
+    """Stock BrowserGym on a thread of its own: its sync Playwright, which stays on the thread that started it, must
+    not claim this thread's event loop, which the rollouts run on."""
+    STOCK_THREAD.submit(stock_episodes, workload, episodes, first_seed).result()
 
 
-def click_the_button(page: str) -> str:
-    (action,) = plan("click-test", "", page).right
-    return action
-
-
-def stock_loop(episodes: int, first_seed: int) -> None:
-    env = gym.make("browsergym/miniwob.click-test")
+def stock_episodes(workload: str, episodes: int, first_seed: int) -> None:
+    environments = {}
     try:
-        for seed in range(first_seed, first_seed + episodes):
+        for task, seed in instances(workload, episodes, first_seed):
+            env = environments.setdefault(task, gym.make(f"browsergym/miniwob.{task}"))
             obs, _ = env.reset(seed=seed)
-            _, reward, terminated, _, _ = env.step(click_the_button(flatten_axtree_to_str(obs["axtree_object"])))
-            assert reward == 1.0 and terminated, (seed, reward, terminated)
+            for action in plan(task, obs["goal"], flatten_axtree_to_str(obs["axtree_object"])).right:
+                _, reward, terminated, _, _ = env.step(action)
+            assert reward == 1.0 and terminated, (task, seed, reward)
     finally:
-        env.close()
+        for env in environments.values():
+            env.close()
 
 
-async def server_loop(url: str, sessions: int, episodes: int, first_seed: int) -> None:
-    async def one_session(index: int, clients: list[BrowserGymEnv]):
-        client = clients[index]
-        for seed in range(first_seed + index, first_seed + episodes, sessions):
-            obs = (await client.reset(seed=seed)).observation
-            result = await client.step(BrowserGymAction(action_str=click_the_button(obs.axtree_txt)))
-            assert result.reward == 1.0 and result.done, (seed, result.reward, result.done)
-
-    clients = [BrowserGymEnv(base_url=url) for _ in range(sessions)]
-    try:
-        await asyncio.gather(*(one_session(i, clients) for i in range(sessions)))
-    finally:
-        await asyncio.gather(*(client.close() for client in clients))
+def runner_loop(runner: EpisodeRunner, workload: str, sessions: int, episodes: int, first_seed: int) -> None:
+    """The recipe's rollouts, batches of `sessions` episodes, a scripted policy in place of a model."""
+    policy = following_plans(runner.chat.tokenizer)
+    specs = instances(workload, episodes, first_seed)
+    for start in range(0, len(specs), sessions):
+        played = runner.run(specs[start : start + sessions], policy)
+        assert all(episode.solved for episode in played), [(e.task_name, e.seed) for e in played]
 
 
-def run_server(server: LocalEnvServer, sessions: int, episodes: int, first_seed: int) -> None:
-    # In a thread of its own: the stock loop's Playwright keeps an event loop attached to this one.
-    errors = []
-    thread = threading.Thread(
-        target=lambda: errors.append(asyncio.run(server_loop(server.url, sessions, episodes, first_seed)))
-    )
-    thread.start()
-    thread.join()
-    if errors != [None]:
-        raise RuntimeError("the server loop failed")
-
-
-def memory_growth(server: LocalEnvServer, sessions: int, episodes: int) -> tuple[float, float]:
-    """The server's memory after 50 more episodes, and after `episodes` more (50 included)."""
-    run_server(server, sessions, 50, first_seed=20_000)
-    after_50 = tree_memory_mb(server.pid)
-    run_server(server, sessions, episodes - 50, first_seed=20_050)
-    return after_50, tree_memory_mb(server.pid)
+def generic_client_loop(url: str, episodes: int, first_seed: int) -> None:
+    """OpenEnv's own client, as any OpenEnv user's code would drive the server: it asks for every field."""
+    with GenericEnvClient(base_url=url).sync() as client:
+        for task, seed in instances("click-test", episodes, first_seed):
+            observation = client.reset(task_name=task, seed=seed).observation
+            (action,) = plan(task, observation["goal"], observation["axtree_txt"]).right
+            assert client.step({"action_str": action}).reward == 1.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--episodes", type=int, default=40)
-    parser.add_argument("--sessions", type=int, default=8, help="concurrent sessions of the second server run")
-    parser.add_argument("--memory-episodes", type=int, default=500, help="length of the memory-growth run (0: skip)")
+    parser.add_argument("--stock-episodes", type=int, default=40)
+    parser.add_argument("--episodes", type=int, default=200, help="per server setup")
     args = parser.parse_args()
     env_server.use_packaged_miniwob_pages()
     env_server.ensure_chromium()
-    print(f"machine: {os.cpu_count()} CPUs; {args.episodes} click-test episodes per setup\n")
-
-    stock_loop(1, first_seed=10_000)  # warm-up: imports, first browser launch
-    results = [measure("stock BrowserGym loop", args.episodes, os.getpid(), lambda: stock_loop(args.episodes, 0))]
-    with LocalEnvServer(max_sessions=args.sessions) as server:
-        run_server(server, args.sessions, args.sessions, first_seed=10_000)  # warm-up: browsers, a context per session
-        results.append(
-            measure("env_server, 1 session", args.episodes, server.pid, lambda: run_server(server, 1, args.episodes, 0))
-        )
-        results.append(
-            measure(
-                f"env_server, {args.sessions} sessions",
-                args.episodes,
-                server.pid,
-                lambda: run_server(server, args.sessions, args.episodes, 0),
-            )
-        )
-        if args.memory_episodes:
-            memory = memory_growth(server, args.sessions, args.memory_episodes)
-
-    print(f"{'setup':<26} {'episodes/s':>11} {'CPU-s/episode':>14} {'peak PSS MB':>12}")
-    for r in results:
-        print(f"{r.name:<26} {r.episodes_per_s:>11.2f} {r.cpu_s_per_episode:>14.3f} {r.peak_mb:>12.0f}")
-    stock, single, concurrent = results
-    if args.memory_episodes:
-        print(
-            f"\nserver memory (PSS, browsers included) after 50 episodes: {memory[0]:.0f} MB, "
-            f"after {args.memory_episodes}: {memory[1]:.0f} MB ({100 * (memory[1] / memory[0] - 1):+.1f}%)"
-        )
-    cpu_ratio_single = stock.cpu_s_per_episode / single.cpu_s_per_episode
-    print(
-        f"\nratios against the stock loop: episodes per CPU-second x{cpu_ratio_single:.1f} "
-        f"(1 session), x{stock.cpu_s_per_episode / concurrent.cpu_s_per_episode:.1f} ({args.sessions} sessions); "
-        f"wall-clock episodes/s x{concurrent.episodes_per_s / stock.episodes_per_s:.1f} ({args.sessions} sessions)"
-    )
+    tokenizer, rows = build_tokenizer(), []
+    for workload in ("click-test", "mix"):
+        stock_loop(workload, GROUP, first_seed=10_000)  # warm-up: imports, the first browsers
+        run = lambda w=workload: stock_loop(w, args.stock_episodes, 0)  # noqa: E731
+        rows.append((workload, "stock BrowserGym loop", measure(args.stock_episodes, run)))
+    for reload_every, name in (
+        (1, "env_server, page loaded every episode"),
+        (None, "env_server, restarts in the page"),
+    ):
+        server_args = ["--reload-every", str(reload_every)] if reload_every else []
+        with LocalEnvServer(max_sessions=8, server_args=server_args) as server:
+            for workload in ("click-test", "mix"):
+                for sessions in (1, 8):  # sessions live on from batch to batch, as in a run
+                    runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EnvArguments(max_turns=3))
+                    runner_loop(runner, workload, sessions, 8 * GROUP, 20_000)  # warm-up: contexts, pages
+                    run = lambda r=runner, w=workload, s=sessions: runner_loop(r, w, s, args.episodes, 0)  # noqa: E731
+                    rows.append((workload, f"{name}, {sessions} session(s)", measure(args.episodes, run, server.url)))
+                    runner.close()
+            if reload_every is None:
+                generic_client_loop(server.url, 8, first_seed=30_000)
+                run = lambda: generic_client_loop(server.url, args.episodes, 0)  # noqa: E731
+                rows.append(
+                    ("click-test", f"{name}, 1 session, OpenEnv's client", measure(args.episodes, run, server.url))
+                )
+    stock = {workload: cpu for workload, name, (cpu, _, _) in rows if name.startswith("stock")}
+    print(f"\nPer episode, on {os.cpu_count()} CPUs: the whole machine's CPU-seconds (client, server, every Chromium")
+    print("process), the server's own (it and its browsers), wall seconds, and the stock loop's CPU over this one's:\n")
+    print(f"{'workload':<12}{'setup':<66}{'CPU-s':>8}{'server':>8}{'wall s':>8}{'stock / this':>14}")
+    for workload, name, (cpu, server_cpu, wall) in rows:
+        server_cell = "-" if server_cpu is None else f"{server_cpu:.3f}"
+        print(f"{workload:<12}{name:<66}{cpu:>8.3f}{server_cell:>8}{wall:>8.3f}{stock[workload] / cpu:>13.1f}x")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 import env_server
-from env_client import BrowserGymEnv
+from env_client import BrowserGymEnv, cpu_reading
 from env_protocol import BrowserGymAction
 from helpers import click_the_button
 
@@ -179,3 +179,30 @@ def test_playwright_calls_skip_the_source_lookup_and_their_errors_still_name_the
     with ThreadPoolExecutor(max_workers=1) as thread:
         before, after = thread.submit(reads_per_call).result()
     assert before > 0 and after == 0
+
+
+def test_a_client_gets_the_fields_it_asks_for_and_every_field_when_it_asks_for_none(session):
+    chosen = session.reset(task_name="enter-text", seed=5, fields=["goal", "axtree_txt"]).observation
+    assert chosen.goal and "textbox" in chosen.axtree_txt
+    assert (chosen.text, chosen.pruned_html, chosen.url) == ("", "", "")
+    every = session.reset(task_name="enter-text", seed=5).observation
+    assert every.axtree_txt == chosen.axtree_txt and every.text == every.axtree_txt
+    assert "<input" in every.pruned_html and every.url.endswith("enter-text.html")
+    with pytest.raises(RuntimeError, match="fields must be a list of observation fields"):
+        session.reset(task_name="enter-text", seed=5, fields=["cookies"])
+
+
+def test_a_reset_to_the_task_the_page_holds_restarts_it_in_place_and_another_task_loads(session):
+    first = session.reset(task_name="click-test", seed=1).observation
+    again = session.reset(task_name="click-test", seed=2).observation
+    other = session.reset(task_name="enter-text", seed=2).observation
+    assert again.metadata["restarted_in_page"] and not other.metadata["restarted_in_page"]
+    assert first.url == again.url and again.url != other.url
+
+
+def test_the_server_reports_its_cpu_and_the_episodes_begun_on_it(env_server, session):
+    before_cpu, before_episodes = cpu_reading(env_server.url)
+    for seed in range(3):
+        session.reset(seed=seed)
+    after_cpu, after_episodes = cpu_reading(env_server.url)
+    assert after_episodes >= before_episodes + 3 and after_cpu > before_cpu

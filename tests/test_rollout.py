@@ -17,7 +17,7 @@ from helpers import (
     segments,
 )
 from rollout import EpisodeRunner
-from scripted_policy import plan_of, written
+from scripted_policy import following_plans, plan_of, written
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
@@ -139,3 +139,17 @@ def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_se
     assert free_episodes == lockstep_episodes  # token for token, mask for mask, reward for reward
     assert all(done and reward == 1.0 for *_, done, reward in lockstep_episodes)
     assert len(lockstep_calls) == 4 < len(free_calls)  # one batch a turn, or batches of whoever was ready
+
+
+def test_an_episode_goes_to_a_session_whose_page_holds_its_task(env_server, tokenizer):
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=1))
+    try:
+        runner.run(
+            [("click-test", 1), ("click-test", 2), ("enter-text", 1), ("enter-text", 2)], following_plans(tokenizer)
+        )
+        swapped = runner.run(
+            [("enter-text", 3), ("enter-text", 4), ("click-test", 3), ("click-test", 4)], following_plans(tokenizer)
+        )
+    finally:
+        runner.close()
+    assert [episode.first_observation.metadata["restarted_in_page"] for episode in swapped] == [True] * 4

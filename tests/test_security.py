@@ -188,9 +188,10 @@ def test_beyond_loopback_the_token_is_required(monkeypatch):
     monkeypatch.setenv(TOKEN_VARIABLE, "s3cret-token")
     with LocalEnvServer(max_sessions=2, server_args=["--host", "0.0.0.0"]) as server:
         monkeypatch.delenv(TOKEN_VARIABLE)
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"{server.url}/schema")
-        assert refused.value.code == 401
+        for path in ("/schema", "/cpu"):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(f"{server.url}{path}")
+            assert refused.value.code == 401
         for token in (None, "wrong-token"):
             with pytest.raises(ConnectionError) as refused:
                 with BrowserGymEnv(base_url=server.url, token=token).sync() as client:
