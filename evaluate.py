@@ -18,6 +18,8 @@ import contextlib
 import json
 import logging
 import math
+import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -218,6 +220,8 @@ def report(summary: dict) -> str:
 
 
 if __name__ == "__main__":
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
     setup_logging()
     eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
     print(report(evaluate(eval_args, env_args)))

@@ -69,6 +69,7 @@ def episode_metrics(episodes: list) -> dict[str, float]:
         for task, of_task in episodes_by_task(episodes).items()
     }
     return {
+        "episodes/count": len(episodes),
         "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
         "episodes/turns": len(replies) / len(episodes),
         "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
@@ -110,10 +111,11 @@ def environment_cpu(logs: dict) -> str:
 
 
 class StepPrinter(TrainerCallback):
-    """One line per logged step, with the numbers worth watching, and where the step's time went."""
+    """One line per logged step, with the numbers worth watching, and where the step's time went; from the first
+    rank alone, whose figures are every rank's."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "reward" not in logs:
+        if not state.is_world_process_zero or not logs or "reward" not in logs:
             return
         logs = with_training_time(logs)
         log.info(

@@ -3,6 +3,7 @@
     modal run modal_app.py                                   # config.yaml
     modal run modal_app.py --config my.yaml --use-peft       # your config; LoRA
     modal run modal_app.py --run-name lfm2-350m-click-test-20261122-101500   # resume that run
+    modal run modal_app.py --config my.yaml                  # with `modal_gpu: H100:4`: torchrun over 4 GPUs
 
 The YAML is read here, on your machine, and shipped with the call, so the file you edited is what runs;
 its `modal_*` keys choose the GPU, timeout, retries and secrets, and how many environment servers to start.
@@ -11,13 +12,16 @@ ModalProvider from this project's Dockerfile), reached over an encrypted tunnel 
 a config with `env_url` uses those servers instead. Each run writes to its own directory in the
 `browser-rl-checkpoints` volume, committed at every checkpoint; when Modal retries a failed or preempted
 attempt, the retry resumes from the latest checkpoint there, with the global step, optimizer, scheduler
-and RNG state restored.
+and RNG state restored. With several GPUs (`modal_gpu: TYPE:N`), the function starts the environment servers for
+all of them and runs train.py under torchrun, one rank per GPU, committing the volume every minute meanwhile.
 """
 
+import contextlib
 import datetime
 import functools
 import os
 import secrets
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +32,7 @@ from openenv.core.containers.runtime.modal_provider import ModalProvider
 from transformers import TrainerCallback
 
 import train
+from env_client import LocalEnvServer, open_server_pool
 from env_protocol import TOKEN_VARIABLE
 from metrics import setup_logging
 
@@ -55,6 +60,7 @@ CHECKPOINT_VOLUME = "browser-rl-checkpoints"
 # Where the checkpoint volume is mounted; another directory only for running the body locally.
 CHECKPOINTS_DIR = Path(os.environ.get("BROWSER_RL_CHECKPOINTS", "/checkpoints"))
 HF_CACHE_DIR = "/root/.cache/huggingface"
+COMMIT_EVERY_S = 60.0  # how often the volume is committed while ranks train in processes of their own
 
 image = (
     modal.Image.debian_slim(python_version="3.11")  # no browser: the environment servers run elsewhere
@@ -72,7 +78,9 @@ app = modal.App("browser-rl", image=image)
 class ModalArguments:
     """Where `modal run modal_app.py` runs a config: its `modal_*` keys, parsed with the rest of the file."""
 
-    modal_gpu: str = field(default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100"})
+    modal_gpu: str = field(
+        default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100; TYPE:N for N GPUs (torchrun)"}
+    )
     modal_timeout_hours: float = field(default=6.0, metadata={"help": "wall-clock limit of one attempt"})
     modal_retries: int = field(default=3, metadata={"help": "attempts after a failure or preemption; each resumes"})
     modal_secrets: list[str] = field(
@@ -89,6 +97,14 @@ class ModalArguments:
     def __post_init__(self):
         if self.modal_env_servers < 1:
             raise ValueError(f"modal_env_servers must be at least 1, got {self.modal_env_servers}")
+        self.gpus()  # a mistake in the count fails here
+
+    def gpus(self) -> int:
+        """How many GPUs modal_gpu asks for: H100:4 -> 4, L4 -> 1."""
+        count = self.modal_gpu.partition(":")[2] or "1"
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"modal_gpu: expected TYPE or TYPE:N with N a positive count, got {self.modal_gpu!r}")
+        return int(count)
 
 
 def function_options(settings: ModalArguments) -> dict:
@@ -160,15 +176,40 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
     env_args, rollout_args, training_args, model_args, settings = train.parse_args(args, launcher=ModalArguments)
-    if modal.is_local():
-        train.main(env_args, rollout_args, training_args, model_args)
-        return run_name
-    if not env_args.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
-        env_args.env_servers, env_args.env_token = settings.modal_env_servers, secrets.token_hex(16)
-    sandbox = functools.partial(EnvServerSandbox, settings, token=env_args.env_token)
-    train.main(env_args, rollout_args, training_args, model_args, [CommitCheckpoints()], sandbox)
-    checkpoints.commit()
+    new_server, callbacks, commit = LocalEnvServer, [], lambda: None
+    if not modal.is_local():
+        callbacks, commit = [CommitCheckpoints()], checkpoints.commit
+        if not env_args.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
+            env_args.env_servers, env_args.env_token = settings.modal_env_servers, secrets.token_hex(16)
+            new_server = functools.partial(EnvServerSandbox, settings, token=env_args.env_token)
+    if settings.gpus() == 1:
+        train.main(env_args, rollout_args, training_args, model_args, callbacks, new_server)
+    else:
+        train_on_ranks(settings.gpus(), args, env_args, training_args, new_server, commit)
+    commit()
     return run_name
+
+
+def train_on_ranks(ranks: int, args: list[str], env_args, training_args, new_server, commit) -> None:
+    """train.py under torchrun, one rank per GPU, on environment servers started here for every rank's episodes.
+    The ranks are processes of their own, which cannot commit the volume: it is committed every COMMIT_EVERY_S
+    meanwhile (a checkpoint caught half written is passed over on resume), and a failed launch fails the attempt,
+    so that Modal retries it."""
+    with contextlib.ExitStack() as stack:
+        servers = open_server_pool(stack, env_args, training_args.generation_batch_size * ranks, new_server)
+        command = [
+            *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)),
+            *(train.__file__, *args, "--env_url", ",".join(servers.urls)),
+        ]
+        token = {TOKEN_VARIABLE: env_args.env_token} if env_args.env_token else {}  # kept off the command line
+        ranks_process = subprocess.Popen(command, env=os.environ | token)
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                ranks_process.wait(timeout=COMMIT_EVERY_S)
+                break
+            commit()
+    if ranks_process.returncode != 0:
+        raise RuntimeError(f"torchrun over {ranks} GPUs exited with {ranks_process.returncode}")
 
 
 def run_name_for(config: dict) -> str:

@@ -58,6 +58,18 @@ class Episode:
     def context(self) -> list[int]:
         return self.prompt_ids + self.completion_ids
 
+    def outcome(self) -> "Episode":
+        """The episode as the step's figures read it (its task, actions and ending) without its tokens and
+        observations: what ranks send each other."""
+        return Episode(
+            self.task_name,
+            self.seed,
+            actions=list(self.actions),
+            done=self.done,
+            env_reward=self.env_reward,
+            out_of_context=self.out_of_context,
+        )
+
     def add_reply(self, ids: list[int], logprobs: list[float]) -> None:
         self.completion_ids += ids
         self.env_mask += [1] * len(ids)

@@ -3,10 +3,12 @@
     python train.py --config config.yaml                 # full fine-tune of LFM2-350M (GPU, vLLM colocated)
     python train.py --config config.yaml --use_peft      # LoRA
     python train.py --config configs/smoke.yaml          # tiny model on the CPU, a few minutes
+    torchrun --nproc_per_node 4 train.py --config config.yaml   # data-parallel on 4 GPUs (or accelerate launch)
 
 Every option of TRL's GRPOConfig and ModelConfig works in the YAML file and on the command line, plus the
 recipe's own (arguments.py: EnvArguments, RolloutArguments). Without `env_url`, environment servers are started
-locally and stopped at exit.
+locally and stopped at exit. Under a launcher each rank plays its share of a step's episodes on one pool of servers
+(the first rank of each node starts the node's), and the step's figures are gathered from every rank.
 
 The agent loop lives in rollout.py, generation in generation.py, the step line, metrics.jsonl and the learning
 curve in metrics.py; this file wires them into TRL's GRPOTrainer.
@@ -16,19 +18,23 @@ import contextlib
 import difflib
 import itertools
 import logging
+import os
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import yaml
+from accelerate.utils import gather_object
 from datasets import Dataset
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from arguments import EnvArguments, RolloutArguments
-from env_client import LocalEnvServer, cpu_s_per_episode, open_server_pool
+from env_client import LocalEnvServer, ServerPool, cpu_s_per_episode, open_server_pool
 from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
 from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
@@ -43,8 +49,8 @@ LAUNCHER_KEY_PREFIX = "modal_"
 
 @dataclass
 class RecipeConfig(GRPOConfig):
-    """GRPOConfig that runs on a machine without CUDA instead of refusing to: fp32, and transformers generation
-    unless `vllm_on_cpu` asks for vLLM's CPU build."""
+    """GRPOConfig that runs on a machine without CUDA instead of refusing to: fp32, transformers generation unless
+    `vllm_on_cpu` asks for vLLM's CPU build, and, under a launcher, data parallelism over gloo."""
 
     vllm_on_cpu: bool = field(
         default=False,
@@ -60,6 +66,8 @@ class RecipeConfig(GRPOConfig):
                 log.warning("No CUDA device: generating with vLLM's CPU build (vllm_on_cpu)")
             self.bf16 = False
             self.dataloader_pin_memory = False  # pinned memory serves a copy to a GPU
+            # Without it, ranks under torchrun on the CPU each train a model of their own: no process group, no DDP.
+            self.use_cpu = True
         super().__post_init__()
 
 
@@ -88,10 +96,14 @@ class EnvironmentUnavailable(Exception):
     """The environment failed max_env_failures times in a row."""
 
 
-def task_instances(prompts: list[str], seed_of_prompt: dict[str, int], sampler: TaskSampler) -> list[tuple[str, int]]:
-    """(task, seed) for each prompt: a task drawn for each group (the repeats of one prompt), its row's seed."""
+def task_instances(
+    prompts: list[str], all_prompts: list[str], seed_of_prompt: dict[str, int], sampler: TaskSampler
+) -> list[tuple[str, int]]:
+    """(task, seed) for each of this rank's prompts: a task drawn for each group (the repeats of one prompt), its
+    row's seed. The draws run over every rank's prompts, in rank order, and every rank's sampler has seen the same
+    episodes, so all ranks draw alike and a group split between two ranks plays one task."""
     task_of_group = {}
-    for prompt in prompts:
+    for prompt in all_prompts:
         task_of_group.setdefault(prompt, sampler.draw())
     return [(task_of_group[prompt], seed_of_prompt[prompt]) for prompt in prompts]
 
@@ -127,23 +139,30 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
         generate, generating = timed(trainer_generate(trainer))
+        all_prompts = gather_object(list(prompts))
         start, cpu_before = time.perf_counter(), runner.servers.cpu_readings(runner.env.env_token)
-        episodes = run_episodes(task_instances(prompts, seed_of_prompt, sampler), generate, longest_context(trainer))
+        specs = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
+        episodes = run_episodes(specs, generate, longest_context(trainer))
         seconds = time.perf_counter() - start
         environment_cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings(runner.env.env_token))
-        for task, of_task in episodes_by_task(episodes).items():
+        # The step's figures describe every rank's episodes (each rank's, in rank order, as all_prompts), and the
+        # step takes as long as its slowest rank.
+        played = gather_object([episode.outcome() for episode in episodes])
+        seconds, generation_s = max(gather_object([(seconds, sum(generating))]))
+        environment_cpu = [cpu for cpu in gather_object([environment_cpu]) if cpu is not None]
+        for task, of_task in episodes_by_task(played).items():
             sampler.update(task, [e.solved for e in of_task])
-        metrics = episode_metrics(episodes) | {
-            "groups/same_reward_share": same_reward_share(prompts, episodes),
+        metrics = episode_metrics(played) | {
+            "groups/same_reward_share": same_reward_share(all_prompts, played),
             # What the sampler will draw next; with one task, always 1.
             **{f"tasks/{t}/probability": p for t, p in sampler.probabilities().items() if len(sampler.weights) > 1},
-            "episodes/per_second": len(episodes) / seconds,
+            "episodes/per_second": len(played) / seconds,
             # Generation and the browsers overlap; the environment's share is the time no generation was running.
-            "time/generation_s": sum(generating),
-            "time/environment_s": seconds - sum(generating),
+            "time/generation_s": generation_s,
+            "time/environment_s": seconds - generation_s,
         }
-        if environment_cpu is not None:  # what the servers and their browsers spent, per episode begun on them
-            metrics["environment/cpu_s_per_episode"] = environment_cpu
+        if environment_cpu:  # what the servers and their browsers spent, per episode begun on them
+            metrics["environment/cpu_s_per_episode"] = sum(environment_cpu) / len(environment_cpu)
         # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
         # these reach metrics.jsonl, the step line and any configured tracker alike.
         for name, value in metrics.items():
@@ -199,6 +218,39 @@ def longest_context(trainer: GRPOTrainer) -> int:
     else:
         max_length = trainer.model.config.max_position_embeddings
     return max_length - trainer.max_completion_length
+
+
+def exit_with_the_launcher() -> None:
+    """torchrun starts each rank in a session of its own, so a launcher killed outright (kill -9, the OOM killer)
+    would leave its ranks training on, holding their GPUs and writing checkpoints beside a relaunched run's. A rank
+    stops once its launcher is gone; the servers it started stop with it."""
+    launcher = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == launcher:
+            time.sleep(1.0)
+        log.error("the launcher (process %d) is gone: this rank stops", launcher)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="launcher watch", daemon=True).start()
+
+
+def run_server_pool(stack: contextlib.ExitStack, env_args: EnvArguments, training_args: RecipeConfig, new_server):
+    """The one pool of environment servers of the whole run. Under a launcher, the first rank of each node starts
+    the node's servers (env_servers of them) and its other ranks play on them too; each server can hold the whole
+    step's episodes. Each rank lists the servers from its own place on, so that ranks that open as many sessions
+    as each other spread them evenly and their remainders on different servers."""
+    max_sessions = training_args.generation_batch_size  # every rank's episodes: a failed server's move elsewhere
+    if training_args.world_size == 1:
+        return open_server_pool(stack, env_args, max_sessions, new_server)
+    started = None
+    if training_args.local_process_index == 0 and not env_args.env_url:
+        started = open_server_pool(stack, env_args, max_sessions, new_server)
+    node = socket.gethostname()
+    started_on = gather_object([(node, started.urls if started else [])])
+    urls = env_args.env_url or [url for host, urls in started_on if host == node for url in urls]
+    place = training_args.local_process_index % len(urls)
+    return started or ServerPool(urls[place:] + urls[:place])
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
@@ -262,9 +314,13 @@ def main(
 ) -> None:
     """Trains on env_url's servers, or else on env_servers servers that `new_server` makes (env_server.py processes,
     or modal_app.py's sandboxes) and the run stops at exit."""
+    if training_args.world_size > 1:
+        exit_with_the_launcher()
+    if training_args.process_index > 0:  # the first rank speaks for the run; the others only warn
+        logging.getLogger().setLevel(logging.WARNING)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, env_args, training_args.generation_batch_size, new_server)
+        servers = run_server_pool(stack, env_args, training_args, new_server)
         runner = EpisodeRunner(servers, tokenizer, env_args)
         stack.callback(runner.close)
         trainer = build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, callbacks)
@@ -288,7 +344,9 @@ def main(
         log.info("final %s saved to %s", "adapter" if model_args.use_peft else "model", training_args.output_dir)
 
 
-if __name__ == "__main__":
+def run_from_command_line(callbacks: list[TrainerCallback] = ()) -> None:
+    """`python train.py ...` (or one rank of `torchrun ... train.py ...`): parse, train, and exit with a message
+    rather than a traceback for a configuration or environment failure."""
     setup_logging()
     try:
         env_args, rollout_args, training_args, model_args = parse_args()
@@ -296,7 +354,7 @@ if __name__ == "__main__":
         print(f"train.py: configuration error: {error}", file=sys.stderr)
         sys.exit(2)
     try:
-        main(env_args, rollout_args, training_args, model_args)
+        main(env_args, rollout_args, training_args, model_args, callbacks)
     except EnvironmentUnavailable as error:
         log.error(
             "stopping: %s. Checkpoints are kept in %s; the same command resumes from the last one.",
@@ -304,3 +362,7 @@ if __name__ == "__main__":
             training_args.output_dir,
         )
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    run_from_command_line()

@@ -3,7 +3,8 @@
     python bench/env_soak.py                                   # 20,000 episodes, 8 sessions
     python bench/env_soak.py --episodes 4000 --server-args --reload-every 1    # every episode loaded afresh
 
-Eight sessions play the page-reading tasks and click-test by their scripted plans, right or wrong; one action in
+Eight sessions play the page-reading tasks and click-test by their scripted plans, right or wrong, each session
+eight episodes of a task in a row (as a run's sessions mostly restart their page's task); one action in
 ten is a hostile one (a disallowed call, ten thousand characters, a null byte, a long wait); every 200th episode
 is played by a client process that is killed (SIGKILL) after its reset, mid-episode. Every `--sample-every`
 episodes the script samples the server tree's memory (PSS: each shared page counted once) and CPU. At the end it
@@ -28,16 +29,17 @@ from env_protocol import BrowserGymAction
 from scripted_policy import PLANS, plan
 
 TASKS = ["click-test", "click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"]
+RUN = 8  # episodes of one task in a row, per session
 HOSTILE = ["goto('file:///etc/passwd')", "x" * 10_000, "click('\x00')", "__import__('os')", "noop(100000)"]
 # A client that opens a session, resets, says so, and waits to be killed.
 DOOMED_CLIENT = """
 import json, sys, time
 from websockets.sync.client import connect
-ws = connect(sys.argv[1].replace("http", "ws") + "/ws")
-ws.send(json.dumps({"type": "reset", "data": {"task_name": "login-user", "seed": int(sys.argv[2])}}))
-ws.recv()
-print("reset", flush=True)
-time.sleep(600)
+with connect(sys.argv[1].replace("http", "ws") + "/ws") as ws:
+    ws.send(json.dumps({"type": "reset", "data": {"task_name": "login-user", "seed": int(sys.argv[2])}}))
+    ws.recv()
+    print("reset", flush=True)
+    time.sleep(600)
 """
 PARTS = ("renderer", "browser", "node driver", "python")
 
@@ -75,16 +77,18 @@ class Soak:
         self.played = self.failures = self.killed = 0
         self.random = random.Random(0)
 
-    async def session(self) -> None:
-        client = BrowserGymEnv(self.url)
+    async def session(self, index: int) -> None:
+        """Runs of RUN episodes of one task, each session starting at another task: as in training, where a
+        session's page mostly holds the task of its next reset and episodes restart in it."""
+        client, own = BrowserGymEnv(self.url), 0
         while self.played < self.episodes:
             self.played += 1
-            number = self.played
+            number, own = self.played, own + 1
             try:
                 if number % 200 == 0:
                     await self.killed_mid_episode(number)
                 else:
-                    await self.episode(client, number)
+                    await self.episode(client, TASKS[(index + own // RUN) % len(TASKS)], number)
             except Exception:  # any failure of the server is what this counts
                 self.failures += 1
                 with contextlib.suppress(Exception):
@@ -101,8 +105,7 @@ class Soak:
         await doomed.wait()
         self.killed += 1
 
-    async def episode(self, client: BrowserGymEnv, seed: int) -> None:
-        task = TASKS[seed % len(TASKS)]
+    async def episode(self, client: BrowserGymEnv, task: str, seed: int) -> None:
         observation = (await client.reset(task_name=task, seed=seed)).observation
         steps = plan(task, observation.goal, observation.axtree_txt) if task in PLANS else None
         actions = steps.right if self.random.random() < 0.5 else [steps.wrong[0], *steps.right[1:]]
@@ -119,7 +122,7 @@ class Soak:
                 on_progress(self.played)
                 await asyncio.sleep(1.0)
 
-        await asyncio.gather(progress(), *(self.session() for _ in range(self.sessions)))
+        await asyncio.gather(progress(), *(self.session(index) for index in range(self.sessions)))
 
 
 def main() -> None:

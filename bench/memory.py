@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import weakref
+from pathlib import Path
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -32,13 +33,8 @@ from torch.utils._pytree import tree_flatten
 from transformers import Lfm2Config, Lfm2ForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-LFM2_350M = dict(
-    vocab_size=65536, hidden_size=1024, intermediate_size=6656, block_auto_adjust_ff_dim=True, block_multiple_of=256,
-    block_ffn_dim_multiplier=1.0, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
-    layer_types=["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention",
-                 "conv", "full_attention", "conv", "full_attention", "conv", "full_attention", "conv"],
-    max_position_embeddings=128000, tie_word_embeddings=True, conv_L_cache=3,
-)  # fmt: skip
+# LFM2-350M's published architecture, as bench/gpu_step.py builds it too.
+LFM2_350M = json.loads((Path(__file__).parent / "lfm2-350m.json").read_text())
 PROMPT_TOKENS = 1000
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"]
 

@@ -259,3 +259,70 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
     assert f"--max-sessions {trained['batch']}" in sdk.commands[0][1]
     assert [type(c) for c in trained["callbacks"]] == [modal_app.CommitCheckpoints]
     assert sorted(sdk.terminated) == [0, 1]  # stopped when training ended
+
+
+def test_a_gpu_count_that_is_not_a_positive_number_fails_before_a_gpu_is_rented(tmp_path):
+    assert modal_app.ModalArguments(modal_gpu="H100:8").gpus() == 8
+    assert modal_app.ModalArguments(modal_gpu="L4").gpus() == 1
+    for wrong in ("H100:0", "H100:two", "H100:"):
+        with pytest.raises(ValueError, match="modal_gpu"):
+            modal_app.ModalArguments(modal_gpu=wrong)
+
+
+class RecordingLaunch:
+    """subprocess.Popen as modal_app's torchrun launch meets it: records the command and environment, and runs for
+    `waits` waits that time out before it exits with `returncode`."""
+
+    def __init__(self, waits: int, returncode: int = 0):
+        self.waits, self.launches, self.final = waits, [], returncode
+
+    def __call__(self, command, env):
+        self.launches.append((command, env))
+        return self
+
+    def wait(self, timeout):
+        if self.waits:
+            self.waits -= 1
+            raise subprocess.TimeoutExpired("torchrun", timeout)
+        self.returncode = self.final
+        return self.final
+
+
+def test_several_gpus_run_torchrun_on_sandboxes_sized_for_every_rank_committing_meanwhile(
+    monkeypatch, tmp_path, health_checks
+):
+    sdk, commits, launch = FakeModalSDK(), [], RecordingLaunch(waits=3)
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
+    monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: commits.append(time.time())))
+    monkeypatch.setattr(modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=sdk))
+    monkeypatch.setattr(modal_app.subprocess, "Popen", launch)
+    config = (ROOT / "config.yaml").read_text() + "modal_gpu: H100:4\n"
+
+    modal_app.train_remote.local(config, "run-d", ["--use_peft"])
+    ((command, env),) = launch.launches
+    assert command[:7] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+    assert command[7] == str(ROOT / "train.py")
+    run_dir = tmp_path / "run-d"
+    assert command[8:13] == ["--config", str(run_dir / "config.yaml"), "--use_peft", "--output_dir", str(run_dir)]
+    urls = ["https://sandbox-0.modal.run", "https://sandbox-1.modal.run"]
+    assert command[13] == "--env_url" and sorted(command[14].split(",")) == urls
+    token = env[TOKEN_VARIABLE]
+    assert len(token) == 32 and token not in " ".join(command)  # the token reaches the ranks, not `ps`
+    assert all(s["env"] == {TOKEN_VARIABLE: token} for s in sdk.sandboxes)
+    # config.yaml's step, 8 episodes per rank, on each of 4 ranks: every server can hold all 32.
+    assert all("--max-sessions 32" in command for _, command in sdk.commands if "env_server.py" in command)
+    assert len(commits) == 3 + 1  # one a wait, while the ranks train, and one at the end
+    assert sorted(sdk.terminated) == [0, 1]
+
+
+def test_a_failed_torchrun_fails_the_attempt_so_that_modal_retries_it(monkeypatch, tmp_path, health_checks):
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
+    monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
+    monkeypatch.setattr(
+        modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=FakeModalSDK())
+    )
+    monkeypatch.setattr(modal_app.subprocess, "Popen", RecordingLaunch(waits=0, returncode=1))
+    with pytest.raises(RuntimeError, match="torchrun over 2 GPUs exited with 1"):
+        modal_app.train_remote.local((ROOT / "config.yaml").read_text() + "modal_gpu: A100:2\n", "run-e", [])
