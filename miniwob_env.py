@@ -35,6 +35,10 @@ CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } c
 # The observation's fields a client can ask for at reset; screenshots come only with `screenshot=True`.
 OBSERVATION_FIELDS = ("text", "url", "goal", "axtree_txt", "pruned_html", "error", "last_action_error")
 RELOAD_EVERY = 100  # episodes restarted in one page before it is loaded afresh
+# Episodes in one browser context before the session gets a new one, and with it a new renderer process: a page that
+# lives for many episodes grows its renderer's memory by some kilobytes an episode, which a new document does not
+# give back (bench/env_soak.py).
+CONTEXT_EPISODES = 200
 # Tasks whose episodes are always loaded afresh, because a restart in the page gave another episode than a fresh load
 # of the same seed (tests/test_in_page_restart.py, and six seeds each in docs/environment.md). Tasks whose pages hold
 # jQuery handlers are loaded afresh without being listed (see RESTART).
@@ -203,7 +207,8 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     session has its own context (cookies, storage, pages), and a reset to the task the page already holds restarts
     the episode in that page, as MiniWoB's own instances do: no page load, no new document. A reset to another
     task, a page that crashed or navigated away, a page that holds jQuery handlers the last episode added, a task in
-    LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared.
+    LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared;
+    every CONTEXT_EPISODES episodes it does so in a new browser context, so that no renderer lives for long.
     Either way no cookie, storage, element id, listener, timer or task state crosses episodes: the equivalence
     tests compare each restart with a fresh load of the same seed over every task. The observation is taken once
     the page is ready (after `settle_ms`, 0 by default, for tasks that animate), with the fields a client asked
@@ -234,7 +239,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._page = None
         self._read = None  # the page as BrowserGym's extraction reads it, through the page's one DevTools session
         self._task = None
-        self._episodes_in_page = 0
+        self._episodes_in_page = self._episodes_in_context = 0
         self._state = BrowserGymState()
 
     def reset(
@@ -283,6 +288,8 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             self._pool.release(worker)
 
     def _reset(self, seed: int | None, episode_id: str | None, task_name: str) -> BrowserGymObservation:
+        if self._episodes_in_context >= CONTEXT_EPISODES:
+            self._close_context()
         goal = self._restart(TASK_CLASSES[task_name](seed=seed))
         restarted = goal is not None
         if not restarted:
@@ -290,6 +297,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
             self._episodes_in_page = 0
         self._episodes_in_page += 1
+        self._episodes_in_context += 1
         self._pool.count_episode()
         self._state = BrowserGymState(
             episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal
@@ -303,6 +311,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             and type(self._task) is type(task)
             and task.subdomain not in LOADED_AFRESH
             and self._episodes_in_page < self._reload_every
+            and self._page is not None
             and not self._page.is_closed()
             and self._page.url == task.url
         ):
@@ -346,6 +355,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             self._timeout = task.timeout
             self._page = self._context.new_page()
             self._read = OneDevToolsSession(self._page)
+            self._episodes_in_context = 0
         else:
             self._context.clear_cookies()
             self._page.evaluate(CLEAR_STORAGE)

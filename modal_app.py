@@ -86,13 +86,13 @@ class ModalArguments:
     modal_secrets: list[str] = field(
         default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
     )
+    # Sized for config.yaml's step of 256 episodes (docs/environment.md, "Sizing"): 16 cores for its 25-80
+    # CPU-seconds, 64 sessions a server at about 55 MiB each.
     modal_env_servers: int = field(
-        default=2, metadata={"help": "environment servers, each in a CPU container of its own (without env_url)"}
+        default=4, metadata={"help": "environment servers, each in a CPU container of its own (without env_url)"}
     )
-    # An episode costs the environment 0.3-0.5 CPU-seconds (bench/env_throughput.py): 4 cores keep about ten
-    # episodes a second going, a batch of 16 a turn in under two seconds.
     modal_env_cpu: float = field(default=4.0, metadata={"help": "CPU cores each environment server may use"})
-    modal_env_memory_mb: int = field(default=4096, metadata={"help": "memory each environment server may use"})
+    modal_env_memory_mb: int = field(default=8192, metadata={"help": "memory each environment server may use"})
 
     def __post_init__(self):
         if self.modal_env_servers < 1:
@@ -101,10 +101,10 @@ class ModalArguments:
 
     def gpus(self) -> int:
         """How many GPUs modal_gpu asks for: H100:4 -> 4, L4 -> 1."""
-        count = self.modal_gpu.partition(":")[2] or "1"
-        if not count.isdigit() or int(count) < 1:
+        _, colon, count = self.modal_gpu.partition(":")
+        if colon and not (count.isdigit() and int(count) >= 1):
             raise ValueError(f"modal_gpu: expected TYPE or TYPE:N with N a positive count, got {self.modal_gpu!r}")
-        return int(count)
+        return int(count) if colon else 1
 
 
 def function_options(settings: ModalArguments) -> dict:

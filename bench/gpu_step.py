@@ -3,7 +3,8 @@ browser or network: peak GPU memory and seconds per step, split into generation 
 
     python bench/gpu_step.py                    # on a CUDA machine: full fine-tune and LoRA, config.yaml's settings
     python bench/gpu_step.py --steps 5 --vllm   # also with vLLM colocated, where it is installed
-    python bench/gpu_step.py --tiny --steps 1   # on a CPU: the tiny LFM2 (what the tests run)
+    python bench/gpu_step.py --tiny --steps 2 -- --gradient_accumulation_steps 2   # on a CPU: the tiny LFM2, a
+                                                # smaller step (what the tests run); after --, train.py's options
 
 The model is LFM2-350M's architecture (bench/lfm2-350m.json) with random weights, so it writes no valid action and
 every episode runs its full max_turns with its context growing: the longest step config.yaml's settings make. The
@@ -123,7 +124,7 @@ class StepTimes(TrainerCallback):
             self.steps.append({"generation_s": logs["time/generation_s"], "training_s": logs["time/training_s"]})
 
 
-def one_setup(setup: str, steps: int, tiny: bool) -> dict:
+def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> dict:
     """One setup ("full" or "lora", "+vllm" for vLLM) in this process: train `steps` steps, return its figures."""
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch:
@@ -131,7 +132,7 @@ def one_setup(setup: str, steps: int, tiny: bool) -> dict:
         overrides = ["--model_name_or_path", model, "--output_dir", str(Path(scratch) / "run")]
         overrides += ["--max_steps", str(steps), "--save_strategy", "no", "--report_to", "none"]
         overrides += ["--use_peft"] * setup.startswith("lora")
-        overrides += ["--use_vllm", str(setup.endswith("+vllm")).lower()]
+        overrides += ["--use_vllm", str(setup.endswith("+vllm")).lower(), *train_options]
         if setup.endswith("+vllm") and cuda:
             total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
             overrides += ["--vllm_gpu_memory_utilization", f"{VLLM_SHARE_GIB / total_gib:.4f}"]
@@ -177,14 +178,16 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="the tiny LFM2 instead of LFM2-350M's shape (CPU)")
     parser.add_argument("--vllm", action="store_true", help="also generate with vLLM colocated (where installed)")
     parser.add_argument("--setup", help=argparse.SUPPRESS)  # one setup, in the process the main one starts
+    parser.add_argument("train_options", nargs="*", help="after --: train.py options over config.yaml's")
     args = parser.parse_args()
     if args.setup:
-        print(json.dumps(one_setup(args.setup, args.steps, args.tiny)))
+        print(json.dumps(one_setup(args.setup, args.steps, args.tiny, args.train_options)))
         return
     setups = ["full", "lora"] + (["full+vllm", "lora+vllm"] if args.vllm else [])
     rows = []
     for setup in setups:
         command = [sys.executable, __file__, "--setup", setup, "--steps", str(args.steps), *["--tiny"] * args.tiny]
+        command += ["--", *args.train_options]
         print(f"{setup}: {args.steps} steps ...", flush=True)
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
         if done.returncode != 0:

@@ -22,7 +22,8 @@ def test_the_recipe_config_loads_with_its_real_settings():
     env_args, rollout_args, training_args, model_args = parse_config("config.yaml")
     assert model_args.model_name_or_path == "LiquidAI/LFM2-350M"
     assert env_args.task_name == "click-test" and env_args.env_url == [] and env_args.max_turns == 10
-    assert training_args.num_generations == 4 and training_args.vllm_mode == "colocate"
+    assert training_args.num_generations == 8 and training_args.vllm_mode == "colocate"
+    assert training_args.generation_batch_size == 256  # episodes per step (docs/environment.md, "Sizing")
     assert rollout_args.num_task_seeds == 1000
     assert set(model_args.lora_target_modules) == LFM2_LINEAR_LAYERS
     assert not model_args.use_peft  # full fine-tune unless --use_peft

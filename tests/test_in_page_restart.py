@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import env_server
+import miniwob_env
 from env_protocol import BrowserGymAction
 from miniwob_env import LOADED_AFRESH, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 from scripted_policy import PLANS, plan
@@ -98,3 +99,16 @@ def test_the_page_reading_tasks_restart_in_place_but_where_listed(sessions):
         restarting.reset(task_name=task, seed=1, fields=FIELDS)
         in_page = restarting.reset(task_name=task, seed=2, fields=FIELDS).metadata["restarted_in_page"]
         assert in_page == (task not in LOADED_AFRESH and task != "click-tab"), task  # click-tab: jQuery UI's tabs
+
+
+def test_a_session_moves_to_a_new_browser_context_every_context_episodes(sessions, monkeypatch):
+    restarting, _ = sessions
+    monkeypatch.setattr(miniwob_env, "CONTEXT_EPISODES", 3)
+    restarting.reset(task_name="click-test", seed=1, fields=FIELDS)
+    context = restarting._context
+    while restarting._episodes_in_context < miniwob_env.CONTEXT_EPISODES:
+        assert restarting.reset(task_name="click-test", seed=2, fields=FIELDS).metadata["restarted_in_page"]
+        assert restarting._context is context
+    renewed = restarting.reset(task_name="click-test", seed=3, fields=FIELDS)
+    assert restarting._context is not context and not renewed.metadata["restarted_in_page"]
+    assert renewed.goal == "Click the button." and "button 'Click Me!'" in renewed.axtree_txt

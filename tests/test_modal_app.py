@@ -251,14 +251,15 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
 
     monkeypatch.setattr(train, "main", main)
     modal_app.train_remote.local((ROOT / "config.yaml").read_text(), "run-c", [])
+    # config.yaml's modal_env_servers
     assert sorted(trained["urls"]) == [
-        "https://sandbox-0.modal.run",
-        "https://sandbox-1.modal.run",
-    ]  # modal_env_servers: 2
+        f"https://sandbox-{i}.modal.run" for i in range(modal_app.ModalArguments().modal_env_servers)
+    ]
     assert len(trained["token"]) == 32 and all(s["env"] == {TOKEN_VARIABLE: trained["token"]} for s in sdk.sandboxes)
     assert f"--max-sessions {trained['batch']}" in sdk.commands[0][1]
     assert [type(c) for c in trained["callbacks"]] == [modal_app.CommitCheckpoints]
-    assert sorted(sdk.terminated) == [0, 1]  # stopped when training ended
+    # stopped when training ended
+    assert sorted(sdk.terminated) == list(range(modal_app.ModalArguments().modal_env_servers))
 
 
 def test_a_gpu_count_that_is_not_a_positive_number_fails_before_a_gpu_is_rented(tmp_path):
@@ -301,19 +302,22 @@ def test_several_gpus_run_torchrun_on_sandboxes_sized_for_every_rank_committing_
 
     modal_app.train_remote.local(config, "run-d", ["--use_peft"])
     ((command, env),) = launch.launches
-    assert command[:7] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
-    assert command[7] == str(ROOT / "train.py")
+    assert command[:6] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4"]
+    assert command[6] == str(ROOT / "train.py")
     run_dir = tmp_path / "run-d"
-    assert command[8:13] == ["--config", str(run_dir / "config.yaml"), "--use_peft", "--output_dir", str(run_dir)]
-    urls = ["https://sandbox-0.modal.run", "https://sandbox-1.modal.run"]
-    assert command[13] == "--env_url" and sorted(command[14].split(",")) == urls
+    assert command[7:12] == ["--config", str(run_dir / "config.yaml"), "--use_peft", "--output_dir", str(run_dir)]
+    servers = modal_app.ModalArguments().modal_env_servers
+    urls = [f"https://sandbox-{i}.modal.run" for i in range(servers)]
+    assert command[12] == "--env_url" and sorted(command[13].split(",")) == urls
     token = env[TOKEN_VARIABLE]
     assert len(token) == 32 and token not in " ".join(command)  # the token reaches the ranks, not `ps`
     assert all(s["env"] == {TOKEN_VARIABLE: token} for s in sdk.sandboxes)
-    # config.yaml's step, 8 episodes per rank, on each of 4 ranks: every server can hold all 32.
-    assert all("--max-sessions 32" in command for _, command in sdk.commands if "env_server.py" in command)
+    # Every server can hold every rank's episodes: config.yaml's step on each of the 4 ranks.
+    _, _, training_args, _ = train.parse_args(["--config", str(ROOT / "config.yaml")])
+    sessions = f"--max-sessions {4 * training_args.generation_batch_size}"
+    assert all(sessions in command for _, command in sdk.commands if "env_server.py" in command)
     assert len(commits) == 3 + 1  # one a wait, while the ranks train, and one at the end
-    assert sorted(sdk.terminated) == [0, 1]
+    assert sorted(sdk.terminated) == list(range(servers))
 
 
 def test_a_failed_torchrun_fails_the_attempt_so_that_modal_retries_it(monkeypatch, tmp_path, health_checks):
