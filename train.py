@@ -67,7 +67,8 @@ class RecipeConfig(GRPOConfig):
             self.bf16 = False
             self.dataloader_pin_memory = False  # pinned memory serves a copy to a GPU
             # Without it, ranks under torchrun on the CPU each train a model of their own: no process group, no DDP.
-            self.use_cpu = True
+            # One process needs no group (and an inherited LOCAL_RANK must not make it open one).
+            self.use_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1
         super().__post_init__()
 
 

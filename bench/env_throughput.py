@@ -8,8 +8,8 @@ six page-reading tasks, each played by its scripted plan's right actions, up to 
 trainer plays it: groups of 4 episodes of one task instance, each group's task drawn at random. Setups:
 - the stock BrowserGym loop: gymnasium environments, one episode after another;
 - env_server.py loading every episode's page afresh (`--reload-every 1`, as before in-page restarts), and
-  restarting episodes in the page (the default), each with 1 and with 8 sessions (and 32 for the mix), driven by
-  the recipe's own rollout code (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
+  restarting episodes in the page (the default), each with 1 and with 8 sessions, driven by the recipe's own
+  rollout code (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
 - env_server.py driven by OpenEnv's generic client, which asks for every field, one session.
 CPU is the whole machine's (the client's Python, the server, every Chromium process), so run it on an otherwise idle
 machine; it prints CPU-seconds and wall seconds per episode for each setup, and each against the stock loop.
@@ -37,7 +37,6 @@ from tiny_lfm2 import build_tokenizer
 
 MIX = PRESETS["page-reading"]
 GROUP = 4  # episodes per task instance, as num_generations
-MIX_SESSIONS = (1, 8, 32)
 STOCK_THREAD = ThreadPoolExecutor(max_workers=1)
 
 
@@ -119,11 +118,9 @@ def main() -> None:
         (None, "env_server, restarts in the page"),
     ):
         server_args = ["--reload-every", str(reload_every)] if reload_every else []
-        with LocalEnvServer(max_sessions=max(MIX_SESSIONS), server_args=server_args) as server:
+        with LocalEnvServer(max_sessions=8, server_args=server_args) as server:
             for workload in ("click-test", "mix"):
-                # Sessions live on from batch to batch, as in a run; a restart needs a session whose page holds the
-                # task, so the mix also runs on as many sessions as a step of 8 groups of 4.
-                for sessions in MIX_SESSIONS if workload == "mix" else (1, 8):
+                for sessions in (1, 8):  # sessions live on from batch to batch, as in a run
                     runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EnvArguments(max_turns=3))
                     runner_loop(runner, workload, sessions, 8 * GROUP, 20_000)  # warm-up: contexts, pages
                     run = lambda r=runner, w=workload, s=sessions: runner_loop(r, w, s, args.episodes, 0)  # noqa: E731

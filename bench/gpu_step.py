@@ -3,8 +3,9 @@ browser or network: peak GPU memory and seconds per step, split into generation 
 
     python bench/gpu_step.py                    # on a CUDA machine: full fine-tune and LoRA, config.yaml's settings
     python bench/gpu_step.py --steps 5 --vllm   # also with vLLM colocated, where it is installed
-    python bench/gpu_step.py --tiny --steps 2 -- --gradient_accumulation_steps 2   # on a CPU: the tiny LFM2, a
-                                                # smaller step (what the tests run); after --, train.py's options
+    python bench/gpu_step.py --tiny --steps 2 -- --num_generations 2 --gradient_accumulation_steps 2
+                                                # on a CPU: the tiny LFM2 and a smaller step (what the tests run);
+                                                # after --, train.py's options over config.yaml's
 
 The model is LFM2-350M's architecture (bench/lfm2-350m.json) with random weights, so it writes no valid action and
 every episode runs its full max_turns with its context growing: the longest step config.yaml's settings make. The

@@ -30,7 +30,7 @@ def test_the_replayed_episodes_are_solved_by_their_right_action_alone():
 
 def test_the_gpu_step_benchmark_trains_full_and_lora_and_splits_the_seconds():
     command = [sys.executable, "bench/gpu_step.py", "--tiny", "--steps", "2", "--"]
-    command += ["--gradient_accumulation_steps", "2", "--max_turns", "2"]
+    command += ["--num_generations", "2", "--gradient_accumulation_steps", "2", "--max_turns", "2"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.startswith(("full", "lora"))}
