@@ -154,7 +154,7 @@ def main() -> None:
 
         asyncio.run(soak.run(sample))
         cpu, served = cpu_reading(server.url)
-        samples.append((soak.played, memory_mib(server.pid), cpu))
+        closed = sum(memory_mib(server.pid).values())  # once the sessions are closed: not a point of the slope
     after = [(n, mib, cpu) for n, mib, cpu in samples if n >= args.warm_up]
     print(
         f"\n{soak.played} episodes on {args.sessions} sessions ({served} resets served), {soak.failures} failures, "
@@ -162,9 +162,9 @@ def main() -> None:
     )
     print(f"CPU: {cpu / served:.3f} CPU-s per episode over the whole run")
     print(
-        f"memory after {args.warm_up} episodes: {sum(after[0][1].values()):.0f} MiB, at the end "
-        f"{sum(after[-1][1].values()):.0f} MiB; slope {slope([(n, sum(m.values())) for n, m, _ in after]):+.1f} "
-        "MiB per 1,000 episodes"
+        f"memory after {args.warm_up} episodes: {sum(after[0][1].values()):.0f} MiB, at the last sample "
+        f"{sum(after[-1][1].values()):.0f} MiB, with the sessions closed {closed:.0f} MiB; slope while they ran "
+        f"{slope([(n, sum(m.values())) for n, m, _ in after]):+.1f} MiB per 1,000 episodes"
     )
     for name in PARTS:
         print(f"  {name:<12} {slope([(n, m[name]) for n, m, _ in after]):+6.1f} MiB per 1,000 episodes")
