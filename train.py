@@ -145,12 +145,12 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
         specs = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
         episodes = run_episodes(specs, generate, longest_context(trainer))
         seconds = time.perf_counter() - start
-        environment_cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings(runner.env.env_token))
+        rank_cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings(runner.env.env_token))
         # The step's figures describe every rank's episodes (each rank's, in rank order, as all_prompts), and the
         # step takes as long as its slowest rank.
         played = gather_object([episode.outcome() for episode in episodes])
         seconds, generation_s = max(gather_object([(seconds, sum(generating))]))
-        environment_cpu = [cpu for cpu in gather_object([environment_cpu]) if cpu is not None]
+        environment_cpu = [cpu for cpu in gather_object([rank_cpu]) if cpu is not None]
         for task, of_task in episodes_by_task(played).items():
             sampler.update(task, [e.solved for e in of_task])
         metrics = episode_metrics(played) | {
