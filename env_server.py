@@ -7,32 +7,26 @@ and observations carry goal, axtree_txt, pruned_html, text, url, error, last_act
 Each WebSocket session gets its own browser context on one of a few long-lived browsers (miniwob_env.py);
 `reset` takes `task_name`, `seed`, and `screenshot=True` for a screenshot.
 
-This module is the hosting: finding a Chromium, the app and its token, the command line, and stopping with the
-process that started it. The environment itself is miniwob_env.py's.
+This module is the hosting: the app and its token, the command line, and stopping with the process that started it.
+The environment itself is miniwob_env.py's; the browser set-up (Chromium, the task pages) browser_setup.py's.
 """
 
 import argparse
 import contextlib
 import functools
 import hmac
-import inspect
 import logging
 import os
-import shutil
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
-import miniwob
 import psutil
 import uvicorn
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
-from playwright._impl import _connection, _sync_base
-from playwright.sync_api import sync_playwright
 
+import browser_setup
 from env_protocol import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 from miniwob_env import RELOAD_EVERY, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
@@ -40,64 +34,6 @@ log = logging.getLogger("env_server")
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SHUTDOWN_GRACE_S = 10.0
-
-
-class _InspectWithoutSourceLookups:
-    """The `inspect` module as Playwright's call path sees it, except that `stack()` only walks the frames."""
-
-    def __getattr__(self, name: str):
-        return getattr(inspect, name)
-
-    @staticmethod
-    def stack(context: int = 1) -> list[inspect.FrameInfo]:
-        frames, frame = [], sys._getframe(1)
-        while frame is not None:
-            code = frame.f_code
-            frames.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno, code.co_name, None, None))
-            frame = frame.f_back
-        return frames
-
-
-def record_playwright_stacks_cheaply() -> None:
-    """Playwright 1.44 (BrowserGym's pin) records the caller's stack at every API call with `inspect.stack()`,
-    which reads each frame's source line and looks up its file and module; for code run by `exec`, as BrowserGym
-    runs actions, that lookup goes through every loaded module, about 15 ms a frame. Playwright uses only the
-    frames, file names, line numbers and function names, which the frames hold."""
-    _sync_base.inspect = _connection.inspect = _InspectWithoutSourceLookups()
-
-
-def use_packaged_miniwob_pages() -> None:
-    """Serve task pages straight from the `miniwob` package unless MINIWOB_URL points elsewhere."""
-    pages = Path(miniwob.__file__).parent / "html" / "miniwob"
-    os.environ.setdefault("MINIWOB_URL", pages.as_uri() + "/")
-
-
-def ensure_chromium() -> None:
-    """Point Playwright at the system Chromium when Playwright's own build is not installed.
-
-    Playwright looks for its browser at a fixed path under PLAYWRIGHT_BROWSERS_PATH; a link there to the
-    system Chromium serves every launch, including BrowserGym's, which take no executable option.
-    """
-    with sync_playwright() as pw:
-        expected = Path(pw.chromium.executable_path)
-    if expected.exists():
-        return
-    system_chromium = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-    if system_chromium is None:
-        raise SystemExit(
-            f"No Chromium found: Playwright's build is missing ({expected}) and none is on PATH. "
-            "Run `playwright install chromium` or install your system's chromium package."
-        )
-    browsers_root = next(p for p in expected.parents if p.name.startswith("chromium-")).parent
-    linked_root = Path.home() / ".cache" / "browser-rl" / "playwright"
-    link = linked_root / expected.relative_to(browsers_root)
-    link.parent.mkdir(parents=True, exist_ok=True)
-    link.unlink(missing_ok=True)
-    link.symlink_to(system_chromium)
-    os.environ["PLAYWRIGHT_BROWSERS_PATH"] = str(linked_root)
-    log.warning(
-        "Playwright's Chromium is not installed; using the system Chromium %s (linked at %s)", system_chromium, link
-    )
 
 
 def exit_with_parent(parent_pid: int) -> None:
@@ -231,9 +167,7 @@ def main() -> None:
         parser.error(f"unknown MiniWoB task {args.task!r}")
     if args.parent_pid:
         exit_with_parent(args.parent_pid)
-    use_packaged_miniwob_pages()
-    ensure_chromium()
-    record_playwright_stacks_cheaply()
+    browser_setup.prepare()
     if args.reload_every < 1:
         parser.error(f"--reload-every must be at least 1, got {args.reload_every}")
     app = build_app(args, token)

@@ -37,8 +37,8 @@ from env_protocol import TOKEN_VARIABLE
 from metrics import setup_logging
 
 PROJECT_DIR = Path(__file__).parent
-# train.py and what it imports; and env_server.py, the context (with actions.py and env_protocol.py) from which
-# the Dockerfile builds the environment servers' image.
+# train.py and what it imports; and env_server.py, the context (with what it imports) from which the Dockerfile
+# builds the environment servers' image.
 LOCAL_MODULES = (
     "train",
     "arguments",
@@ -53,6 +53,7 @@ LOCAL_MODULES = (
     "actions",
     "env_server",
     "miniwob_env",
+    "browser_setup",
 )
 DOCKERFILE = "Dockerfile"
 SANDBOX_START_TIMEOUT_S = 600  # a sandbox's first start builds the image: minutes

@@ -24,7 +24,7 @@ from browsergym.core.action.base import execute_python_code
 from browsergym.core.observation import _post_extract, _pre_extract, extract_dom_snapshot, extract_merged_axtree
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 
-import env_server
+import browser_setup
 from actions import action_code
 from miniwob_env import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 from scripted_policy import plan
@@ -77,9 +77,7 @@ def main() -> None:
     parser.add_argument("--task", default="click-button", choices=sorted(TASK_CLASSES))
     parser.add_argument("--times", type=int, default=40)
     args = parser.parse_args()
-    env_server.use_packaged_miniwob_pages()
-    env_server.ensure_chromium()
-    env_server.record_playwright_stacks_cheaply()
+    browser_setup.prepare()
     env = MiniWoBEnvironment(BrowserPool(1))
     seeds = iter(range(1, 1_000_000))
 

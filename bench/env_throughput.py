@@ -27,7 +27,7 @@ import psutil
 from browsergym.utils.obs import flatten_axtree_to_str
 from openenv.core.generic_client import GenericEnvClient
 
-import env_server
+import browser_setup
 from arguments import EnvArguments
 from env_client import LocalEnvServer, ServerPool, cpu_reading
 from rollout import EpisodeRunner
@@ -106,8 +106,8 @@ def main() -> None:
     parser.add_argument("--stock-episodes", type=int, default=40)
     parser.add_argument("--episodes", type=int, default=200, help="per server setup")
     args = parser.parse_args()
-    env_server.use_packaged_miniwob_pages()
-    env_server.ensure_chromium()
+    browser_setup.use_packaged_miniwob_pages()
+    browser_setup.ensure_chromium()
     tokenizer, rows = build_tokenizer(), []
     for workload in ("click-test", "mix"):
         stock_loop(workload, GROUP, first_seed=10_000)  # warm-up: imports, the first browsers

@@ -4,7 +4,7 @@ import re
 
 from helpers import ROOT, local_modules, third_party_distributions
 
-SERVER_FILES = ("env_server.py", "miniwob_env.py", "actions.py")
+SERVER_FILES = ("env_server.py", "miniwob_env.py", "browser_setup.py", "actions.py")
 
 
 def test_dockerfile_copies_the_server_and_every_local_module_it_imports():

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 from browsergym.utils.obs import flatten_axtree_to_str
 
-import env_server
+import browser_setup
 from env_client import BrowserGymEnv
 from env_protocol import BrowserGymAction
 from scripted_policy import PLANS, plan
@@ -28,8 +28,8 @@ class StockBrowserGym:
 
     def __init__(self):
         self._thread = ThreadPoolExecutor(max_workers=1)
-        self._thread.submit(env_server.use_packaged_miniwob_pages).result()  # the same pages as the server
-        self._thread.submit(env_server.ensure_chromium).result()
+        self._thread.submit(browser_setup.use_packaged_miniwob_pages).result()  # the same pages as the server
+        self._thread.submit(browser_setup.ensure_chromium).result()
 
     def play(self, task: str, seed: int, right: bool) -> list[tuple]:
         return self._thread.submit(self._play, task, seed, right).result()

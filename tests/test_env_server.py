@@ -13,7 +13,7 @@ from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
-import env_server
+import browser_setup
 from env_client import BrowserGymEnv, cpu_reading
 from env_protocol import BrowserGymAction
 from helpers import click_the_button
@@ -160,7 +160,7 @@ def test_playwright_calls_skip_the_source_lookup_and_their_errors_still_name_the
     monkeypatch.setattr(inspect, "findsource", lambda obj: source_reads.append(obj) or findsource(obj))
     monkeypatch.setattr(_sync_base, "inspect", _sync_base.inspect)  # undone after the test
     monkeypatch.setattr(_connection, "inspect", _connection.inspect)
-    env_server.ensure_chromium()
+    browser_setup.ensure_chromium()
 
     def reads_per_call():  # on a thread of its own: sync Playwright must not claim the test runner's thread
         with sync_playwright() as pw:
@@ -168,7 +168,7 @@ def test_playwright_calls_skip_the_source_lookup_and_their_errors_still_name_the
             page = browser.new_page()
             page.evaluate("1")
             before = len(source_reads)
-            env_server.record_playwright_stacks_cheaply()
+            browser_setup.record_playwright_stacks_cheaply()
             page.evaluate("1")
             after = len(source_reads) - before
             with pytest.raises(PlaywrightError, match=r"^Page.click: Timeout 1ms exceeded"):
