@@ -40,21 +40,25 @@ RELOAD_EVERY = 100  # episodes restarted in one page before it is loaded afresh
 # give back (bench/env_soak.py).
 CONTEXT_EPISODES = 200
 # Tasks whose episodes are always loaded afresh, because a restart in the page gave another episode than a fresh load
-# of the same seed (tests/test_in_page_restart.py, and six seeds each in docs/environment.md). Tasks whose pages hold
-# jQuery handlers are loaded afresh without being listed (see RESTART).
+# of the same seed (bench/restarts.py, docs/environment.md), each with its reason. Every other task restarts in the
+# page (tests/test_in_page_restart.py asserts both), unless its last episode left something on screen outside the
+# task's area (a widget left open: see EPISODE_TRACKER) or the page crashed or left the task's URL.
 LABELLED_CONTROLS = (
     "Chromium leaves a label's text out of the accessibility tree when the task writes a label holding a control "
     "into a page it has laid out before"
 )
 LOADED_AFRESH = {
     **dict.fromkeys(
-        ["click-checkboxes", "click-checkboxes-large", "click-checkboxes-soft", "click-checkboxes-transfer"],
+        [
+            "click-checkboxes",
+            "click-checkboxes-large",
+            "click-checkboxes-soft",
+            "click-checkboxes-transfer",
+            "click-option",
+            "click-widget",
+        ],
         LABELLED_CONTROLS,
     ),
-    "click-option": LABELLED_CONTROLS,
-    "click-widget": LABELLED_CONTROLS,
-    "scroll-text": "the task sets its text area's text, which does not replace what an episode typed into it",
-    "scroll-text-2": "the task sets its text area's text, which does not replace what an episode typed into it",
     "stock-market": "the page changes by itself: the price is redrawn every 100 ms",
 }
 
@@ -137,14 +141,25 @@ class BrowserPool:
             worker.sessions -= 1
 
 
-# Installed in every page before the page's own scripts: from the first episode on, it keeps what an episode attaches
-# to the page outside what the task's generator replaces (listeners on what the page held when the episode began,
-# timers, animation frames), so that a restart can take it off again, as a fresh load would.
+# Installed in every page before the page's own scripts. MiniWoB's pages are built to run episode after episode: each
+# episode's generator (genProblem) rebuilds the task's area (#wrap) from whatever the last episode left there. What it
+# does not rebuild, this script puts back as a fresh load would have it (restore), from what it noted:
+# - from the page's load (the first episode's start): each form control's value, checked and selected state, and each
+#   element's scroll offsets;
+# - from each episode's start: the listeners it attaches to the nodes that outlive it, directly or through jQuery
+#   (which keeps its own list behind one listener per element and event, so that a handler added through it may call
+#   no addEventListener at all), and the timers and animation frames it starts; jQuery's running animations are
+#   finished first, and its animation ticker told it has stopped.
+# What a restart cannot put back, it detects: once the next episode's generator has run, what is on screen outside the
+# task's area, and how many jQuery handlers the loaded page's nodes hold, must be what the fresh load gave
+# (unlikeFreshLoad), or the page is loaded afresh. A datepicker, colour picker or menu left open by the last episode
+# shows on screen; a widget the generator makes once and keeps loses the handlers the restart took off.
 EPISODE_TRACKER = """(() => {
   const add = EventTarget.prototype.addEventListener, remove = EventTarget.prototype.removeEventListener;
   const setTimeout_ = window.setTimeout, setInterval_ = window.setInterval, frame_ = window.requestAnimationFrame;
   const capture = (options) => typeof options === "boolean" ? options : Boolean(options && options.capture);
-  let survivors = null, listeners = [], timers = [], frames = [];
+  let survivors = null, listeners = [], handlers = [], timers = [], frames = [], asLoaded = null;
+  let freshScreen = "", freshHandlers = "";  // what the fresh load showed and bound once its first episode began
   EventTarget.prototype.addEventListener = function (type, listener, options) {
     if (survivors && survivors.has(this)) listeners.push([this, type, listener, capture(options)]);
     return add.call(this, type, listener, options);
@@ -157,44 +172,123 @@ EPISODE_TRACKER = """(() => {
   window.setTimeout = function () { const id = setTimeout_.apply(this, arguments); timers.push(id); return id; };
   window.setInterval = function () { const id = setInterval_.apply(this, arguments); timers.push(id); return id; };
   window.requestAnimationFrame = function () { const id = frame_.apply(this, arguments); frames.push(id); return id; };
+  const trackJQuery = ($) => {
+    const addHandler = $.event.add;
+    $.event.add = function (element, types, handler, data, selector) {
+      if (survivors && survivors.has(element)) {
+        const own = handler && handler.handler;  // jQuery also takes {handler, selector}
+        handlers.push([element, types, own ? handler.handler : handler, own ? handler.selector : selector]);
+      }
+      return addHandler.apply(this, arguments);
+    };
+    $.event.tracked = true;
+  };
+  // Form controls as loaded: BrowserGym's observations write each element's value and checked state into its
+  // attributes, and typing into a control marks its value as the user's, which the page's own later writes to the
+  // control's default (a text area's text, an input's value attribute) no longer show through. Both go back to how
+  // the page loaded them: the attributes, then the form's reset algorithm (run through a form made for it), then any
+  // value the page's own scripts had set at load.
+  const CONTROLS = "input:not([type=file]), textarea, select";
+  const setByScript = (e) => e instanceof HTMLOptionElement ? (e.selected !== e.defaultSelected ? [e.selected] : null)
+    : e.matches("input, textarea") && (e.value !== e.defaultValue || e.checked !== e.defaultChecked)
+      ? [e.value, e.checked] : null;
+  const keep = () => [...document.querySelectorAll("*")]
+    .map((e) => [e, e.getAttribute("value"), e.getAttribute("checked"), setByScript(e), e.scrollTop, e.scrollLeft]);
+  const setAttribute = (e, name, value) => value === null ? e.removeAttribute(name) : e.setAttribute(name, value);
+  const resetControls = (controls) => {
+    const form = document.createElement("form");
+    form.id = "browser-rl-reset";
+    document.body.append(form);
+    const owners = controls.map((e) => [e, e.getAttribute("form")]);
+    controls.forEach((e) => e.setAttribute("form", form.id));
+    form.reset();
+    owners.forEach(([e, owner]) => setAttribute(e, "form", owner));
+    form.remove();
+  };
+  const putBack = () => {
+    for (const [e, value, checked] of asLoaded) {
+      setAttribute(e, "value", value);
+      setAttribute(e, "checked", checked);
+    }
+    resetControls(asLoaded.map(([e]) => e).filter((e) => e.isConnected && e.matches(CONTROLS)));
+    for (const [e, , , state, top, left] of asLoaded) {
+      if (state && e instanceof HTMLOptionElement) e.selected = state[0];
+      else if (state) [e.value, e.checked] = state;
+      if (e.scrollTop !== top || e.scrollLeft !== left) e.scrollTo(left, top);
+    }
+  };
+  const label = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
+    + (typeof e.className === "string" && e.className.trim() ? "." + e.className.trim().split(/\\s+/)[0] : "");
+  const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
+  const onScreenOutside = () => {
+    const wrap = document.getElementById("wrap");
+    return [...document.body.querySelectorAll("*")].filter((e) => !(wrap && wrap.contains(e)) && shown(e));
+  };
+  // How many jQuery handlers of each event each node of the loaded page holds. A widget the task's generator makes
+  // once and keeps (jQuery UI's autocomplete, say) binds its handlers once: a restart that took them off would
+  // leave the widget dead, and the generator's next run does not bind them again.
+  const jqueryHandlers = () => {
+    const $ = window.jQuery;
+    if (!$ || !$._data) return "";
+    return [window, document, ...asLoaded.map(([e]) => e)].map((e) => Object.entries($._data(e, "events") || {})
+      .map(([type, bound]) => `${type} ${bound.length}`).join(",")).join(";");
+  };
   const begin = () => {
+    asLoaded = asLoaded || keep();
+    if (window.jQuery && window.jQuery.event && !window.jQuery.event.tracked) trackJQuery(window.jQuery);
     survivors = new WeakSet([window, document, ...document.querySelectorAll("*")]);
-    listeners = []; timers = []; frames = [];
+    listeners = []; handlers = []; timers = []; frames = [];
   };
   window.__episode = {
     begin,
-    // False where it cannot: jQuery keeps its own list of the handlers behind the one listener it adds.
-    undo() {
-      const data = window.jQuery && window.jQuery._data;
-      if (data && listeners.some(([target, , listener]) => data(target).handle === listener)) return false;
+    noteFreshLoad() { freshScreen = onScreenOutside().map(label).join(" "); freshHandlers = jqueryHandlers(); },
+    restore() {
+      const $ = window.jQuery;
+      if ($ && $.timers && $.timers.length) $($.timers.map((timer) => timer.elem)).finish();
+      for (const [element, types, handler, selector] of handlers.reverse()) {
+        $.event.remove(element, types, handler, selector);
+      }
       for (const [target, type, listener, capture] of listeners) remove.call(target, type, listener, capture);
       timers.forEach((id) => { clearTimeout(id); clearInterval(id); });
       frames.forEach((id) => cancelAnimationFrame(id));
-      return true;
+      if ($ && $.fx) $.fx.stop();  // its ticker was one of the timers: the next animation starts it again
+      putBack();
+    },
+    // Why the page, its next episode begun, is not what the fresh load gave; "" if it is, as far as can be seen.
+    unlikeFreshLoad() {
+      const now = onScreenOutside();
+      if (now.map(label).join(" ") !== freshScreen) {
+        const outermost = new Set(now.filter((e) => !now.includes(e.parentElement)).map(label));
+        return `the last episode left on screen, outside the task's area: ${[...outermost].join(", ")}`;
+      }
+      if (jqueryHandlers() !== freshHandlers) return "the page's jQuery handlers are not those of the fresh load";
+      return "";
     },
   };
   window.addEventListener("load", () => setTimeout_(begin, 0));  // the first episode begins after the page's onload
 })();"""
 
 # A new episode in the page the task has loaded, as MiniWoB's own instances start one (end the running episode, seed,
-# startEpisodeReal), with what BrowserGym's setup does besides, and what a fresh load would have cleared: the
-# episode's listeners and timers, BrowserGym's element ids, storage and focus. [ready, goal], or null where the page
-# cannot be restarted.
+# startEpisodeReal), with what BrowserGym's setup does besides, and what else a fresh load would have cleared (see
+# EPISODE_TRACKER): BrowserGym's element ids, storage and focus. [ready, goal], or why the page must be loaded afresh.
 RESTART = """([seed, maxTime]) => {
-  if (!window.__episode || !window.core || !window.removeDisplay) return null;
+  if (!window.__episode || !window.core || !window.removeDisplay) return "the page has no MiniWoB episode to restart";
   core.endEpisode(0);
-  if (!window.__episode.undo()) return null;
+  window.__episode.restore();
   delete window.browsergym_elem_counter;
   delete window.browsergym_frame_id_generator;
   for (const name of ["bid", "browsergym_visibility_ratio", "browsergym_set_of_marks"]) {
     for (const element of document.querySelectorAll(`[${name}]`)) element.removeAttribute(name);
   }
   try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}
+  window.focus();  // the document may have lost the focus (a Tab past its last element), as a new one has it
   if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
   window.__episode.begin();
   Math.seedrandom(seed);
   core.EPISODE_MAX_TIME = maxTime;
   core.startEpisodeReal();
+  const unlike = window.__episode.unlikeFreshLoad();
+  if (unlike) return unlike;
   return [WOB_TASK_READY, core.getUtterance()];
 }"""
 
@@ -290,11 +384,13 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     def _reset(self, seed: int | None, episode_id: str | None, task_name: str) -> BrowserGymObservation:
         if self._episodes_in_context >= CONTEXT_EPISODES:
             self._close_context()
-        goal = self._restart(TASK_CLASSES[task_name](seed=seed))
-        restarted = goal is not None
-        if not restarted:
+            goal, loaded_because = None, f"a new browser context every {CONTEXT_EPISODES} episodes"
+        else:
+            goal, loaded_because = self._restart(TASK_CLASSES[task_name](seed=seed))
+        if loaded_because:
             self._task = TASK_CLASSES[task_name](seed=seed)  # afresh: the restart drew from the task's generator
             goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
+            self._page.evaluate("window.__episode.noteFreshLoad()")
             self._episodes_in_page = 0
         self._episodes_in_page += 1
         self._episodes_in_context += 1
@@ -302,33 +398,37 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._state = BrowserGymState(
             episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal
         )
-        return self._observation(error="", reward=0.0, done=False, restarted_in_page=restarted)
+        metadata = {"restarted_in_page": not loaded_because}
+        if loaded_because:
+            metadata["loaded_because"] = loaded_because
+        return self._observation(error="", reward=0.0, done=False, reset_metadata=metadata)
 
-    def _restart(self, task) -> str | None:
-        """The goal of `task`'s episode restarted in the session's page; None where it must be loaded afresh."""
-        if not (
-            self._task is not None
-            and type(self._task) is type(task)
-            and task.subdomain not in LOADED_AFRESH
-            and self._episodes_in_page < self._reload_every
-            and self._page is not None
-            and not self._page.is_closed()
-            and self._page.url == task.url
-        ):
-            return None
+    def _restart(self, task) -> tuple[str | None, str | None]:
+        """(the goal of `task`'s episode restarted in the session's page, None), or (None, why it must be loaded
+        afresh)."""
+        if self._task is None or self._page is None or self._page.is_closed():
+            return None, "the session has no page yet"
+        if type(self._task) is not type(task):
+            return None, "the page holds another task"
+        if task.subdomain in LOADED_AFRESH:
+            return None, f"listed in LOADED_AFRESH: {LOADED_AFRESH[task.subdomain]}"
+        if self._episodes_in_page >= self._reload_every:
+            return None, f"the page has run {self._episodes_in_page} episodes (--reload-every {self._reload_every})"
+        if self._page.url != task.url:
+            return None, f"the page left the task's URL for {self._page.url}"
         try:
             self._context.clear_cookies()
             started = self._page.evaluate(RESTART, [task.random.randint(0, 1000000), task.episode_max_time])
-            if started is None:
-                return None
+            if isinstance(started, str):
+                return None, started
             ready, goal = started
             if not ready:
                 self._page.wait_for_function("() => WOB_TASK_READY")
                 goal = self._page.evaluate("() => core.getUtterance()")
-        except PlaywrightError:  # the page crashed: a fresh load replaces it
-            return None
+        except PlaywrightError as error:  # the page crashed: a fresh load replaces it
+            return None, f"the restart failed: {str(error).splitlines()[0]}"
         task.page, self._task = self._page, task
-        return goal["utterance"] if isinstance(goal, dict) else goal
+        return (goal["utterance"] if isinstance(goal, dict) else goal), None
 
     def _step(self, action_str: str) -> BrowserGymObservation:
         try:
@@ -376,7 +476,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._close_context()
 
     def _observation(
-        self, error: str, reward: float, done: bool, restarted_in_page: bool | None = None
+        self, error: str, reward: float, done: bool, reset_metadata: dict | None = None
     ) -> BrowserGymObservation:
         fields = self._fields
         dom, axtree = self._extract_dom_and_axtree(
@@ -384,9 +484,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         )
         axtree_txt = flatten_axtree_to_str(axtree) if axtree else ""
         self._state.current_url = self._page.url
-        metadata = {"task_name": self._state.task_name, "step": self._state.step_count}
-        if restarted_in_page is not None:
-            metadata["restarted_in_page"] = restarted_in_page
+        metadata = {"task_name": self._state.task_name, "step": self._state.step_count, **(reset_metadata or {})}
         values = {
             "text": axtree_txt,
             "url": self._page.url,

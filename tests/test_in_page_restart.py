@@ -1,114 +1,160 @@
-"""An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, for
-every MiniWoB task the server accepts: the same goal, accessibility tree, and reward, termination, error and tree
-after the scripted (or a fixed) actions, whatever state the episode before it was left in. The environment runs in
-this process, two sessions on two browsers: one that restarts whenever it can, one that loads every episode.
+"""An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
+every MiniWoB task restarts so but those miniwob_env.LOADED_AFRESH lists, each with its reason. The environment runs
+in this process, as bench/restarts.py runs it: sessions that restart whenever they can, and one that loads every
+episode, on two browsers.
 
-Each task plays one seed, the recipe's page-reading tasks and click-test three; BROWSER_RL_RESTART_SEEDS=6 plays six
-of every task (docs/environment.md)."""
+The comparison over every task (one seed each, the recipe's page-reading tasks and click-test three) and the aged
+pages run in the slow tier; BROWSER_RL_RESTART_SEEDS=6 plays six seeds of every task."""
 
 import os
-import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import env_server
 import miniwob_env
-from env_protocol import BrowserGymAction
-from miniwob_env import LOADED_AFRESH, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
-from scripted_policy import PLANS, plan
+from bench import restarts
+from miniwob_env import LOADED_AFRESH, TASK_CLASSES
 from tasks import PRESETS
 
-FIELDS = ["goal", "axtree_txt", "error"]
-ACTIONABLE = "button|link|checkbox|radio|textbox|searchbox|spinbutton|combobox|tab|menuitem|option|slider|treeitem"
-# What the episode before the compared one was left in, by a task's place in the list and the seed's: each state
-# comes up for a quarter of the tasks, and for each task with four seeds or more, all of them.
-BEFORE = ("untouched", "half done", "timed out", "played out")
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 THREE_SEEDS = {"click-test", *PRESETS["page-reading"]}
-# Pages that change by themselves, so that two loads of one seed differ too: only the goals are compared. BrowserGym
-# marks four such tasks; stock-market redraws its price every 100 ms.
-TIME_DEPENDENT = {"stock-market", *(task for task, cls in TASK_CLASSES.items() if cls.nondeterministic)}
+# Aged pages in the suite: the tasks whose state crossed a restart before it reset focus, form controls and scroll
+# offsets and detected widgets left open, and the page-reading tasks the recipe trains on.
+AGED = ["use-colorwheel", "use-colorwheel-2", "choose-date-medium", "ascending-numbers", "scroll-text"]
+AGING_EPISODES = 20
 
 
 @pytest.fixture(scope="module")
-def sessions():
-    env_server.use_packaged_miniwob_pages()
-    env_server.ensure_chromium()
-    pool = BrowserPool(2)
-    restarting, loading = MiniWoBEnvironment(pool), MiniWoBEnvironment(pool, reload_every=1)
-    yield restarting, loading
-    restarting.close()
-    loading.close()
+def pool():
+    return restarts.browsers()
 
 
-def fixed_actions(task: str, goal: str, page: str, right: bool) -> list[str]:
-    """The scripted plan's actions (right, or with a wrong first one); else a fill or click of the page's first
-    elements that take one."""
-    if task in PLANS:
-        steps = plan(task, goal, page)
-        return steps.right if right else [steps.wrong[0], *steps.right[1:]]
-    elements = re.findall(rf"\[(\w+)\] ({ACTIONABLE})\b", page)[:2]
-    fills = ("textbox", "searchbox", "spinbutton")
-    return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in elements] or ["noop()"]
+@pytest.fixture(scope="module")
+def loading(pool):
+    with restarts.new_session(pool, reload_every=1) as session:
+        yield session
 
 
-def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tuple[bool, list]:
-    """Whether the reset restarted the page, and the episode: goal and tree, then each action's outcome."""
-    observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
-    trace = [(observation.goal, observation.axtree_txt)]
-    for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
-        result = session.step(BrowserGymAction(action_str=action))
-        trace.append((result.reward, result.done, result.error, result.axtree_txt))
-        if result.done:
-            break
-    return observation.metadata["restarted_in_page"], trace
+@pytest.fixture
+def restarting(pool):
+    with restarts.new_session(pool) as session:
+        yield session
 
 
-def leave(session: MiniWoBEnvironment, task: str, seed: int, state: str) -> None:
-    """An episode of `task` left in `state`: untouched, half done (one action), timed out (MiniWoB's own end of a
-    timed-out episode), or played out."""
-    observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
-    actions = fixed_actions(task, observation.goal, observation.axtree_txt, right=False)
-    if state == "timed out":
-        session._worker.call(session._page.evaluate, "core.endEpisode(-1, false, 'timed out')")
-    for action in actions[: {"half done": 1, "played out": len(actions)}.get(state, 0)]:
-        session.step(BrowserGymAction(action_str=action))
+def reset(session, task: str, seed: int) -> dict:
+    return session.reset(task_name=task, seed=seed, fields=restarts.FIELDS).metadata
 
 
+def evaluate(session, script: str):
+    return session._worker.call(session._page.evaluate, script)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(TASK_CLASSES))
-def test_a_restarted_episode_is_the_episode_a_fresh_load_gives(sessions, task):
-    restarting, loading = sessions
+def test_every_task_but_those_listed_restarts_in_the_page_into_the_episode_a_fresh_load_gives(
+    restarting, loading, task
+):
     place = sorted(TASK_CLASSES).index(task)
+    reset(restarting, task, 0)  # the task's page, loaded
     for n, seed in enumerate(range(11, 11 + max(SEEDS, 3 if task in THREE_SEEDS else 1))):
-        leave(restarting, task, seed + 1000, BEFORE[(place + n) % len(BEFORE)])
-        with ThreadPoolExecutor(max_workers=2) as both:
-            restarted = both.submit(play, restarting, task, seed, right=n % 2 == 0)
-            loaded = both.submit(play, loading, task, seed, right=n % 2 == 0)
-            (in_page, episode), (_, reference) = restarted.result(), loaded.result()
-        if task in TIME_DEPENDENT:
-            episode, reference = episode[0][0], reference[0][0]
-        assert episode == reference, (task, seed, BEFORE[(place + n) % len(BEFORE)], in_page)
-        if task in LOADED_AFRESH:
-            assert not in_page
+        before = restarts.BEFORE[(place + n) % len(restarts.BEFORE)]
+        metadata, difference = restarts.compare_restart(restarting, loading, task, seed, before, right=n % 2 == 0)
+        assert not difference, (task, seed, before, metadata)
+        assert metadata["restarted_in_page"] == (task not in LOADED_AFRESH), (task, seed, before, metadata)
 
 
-def test_the_page_reading_tasks_restart_in_place_but_where_listed(sessions):
-    restarting, _ = sessions
+@pytest.mark.slow
+@pytest.mark.parametrize("task", AGED + PRESETS["page-reading"])
+def test_an_old_roughed_up_page_restarts_into_the_episode_a_fresh_load_gives(pool, loading, task):
+    result = restarts.aging(pool, loading, task, episodes=AGING_EPISODES, actions=3, seeds=1)
+    assert result["differences"] == [], result
+    if task not in LOADED_AFRESH:  # the comparison compared restarted pages, not only fresh loads
+        assert result["compared_restarts"] >= 1, result
+
+
+def test_the_page_reading_tasks_restart_in_place_but_where_listed(restarting):
     for task in PRESETS["page-reading"]:
-        restarting.reset(task_name=task, seed=1, fields=FIELDS)
-        in_page = restarting.reset(task_name=task, seed=2, fields=FIELDS).metadata["restarted_in_page"]
-        assert in_page == (task not in LOADED_AFRESH and task != "click-tab"), task  # click-tab: jQuery UI's tabs
+        reset(restarting, task, 1)
+        assert reset(restarting, task, 2)["restarted_in_page"] == (task not in LOADED_AFRESH), task
 
 
-def test_a_session_moves_to_a_new_browser_context_every_context_episodes(sessions, monkeypatch):
-    restarting, _ = sessions
+def test_a_reset_says_why_it_loaded_the_page_afresh(restarting):
+    assert reset(restarting, "click-test", 1)["loaded_because"] == "the session has no page yet"
+    assert reset(restarting, "click-test", 2) == {"task_name": "click-test", "step": 0, "restarted_in_page": True}
+    assert reset(restarting, "enter-text", 3)["loaded_because"] == "the page holds another task"
+    listed = reset(restarting, "stock-market", 4)
+    listed_reason = f"listed in LOADED_AFRESH: {LOADED_AFRESH['stock-market']}"
+    assert reset(restarting, "stock-market", 5)["loaded_because"] == listed_reason
+    assert not listed["restarted_in_page"]
+
+
+@pytest.mark.parametrize(
+    "attach",
+    [
+        "document.body.addEventListener('mousedown', () => window.calls++)",
+        # choose-date's page binds jQuery's one listener for mousedown on the document at load (the datepicker): a
+        # handler added through it calls no addEventListener.
+        "$(document).on('mousedown', () => window.calls++)",
+    ],
+    ids=["addEventListener", "jQuery, through a listener bound at load"],
+)
+def test_a_listener_an_episode_attaches_to_the_page_does_not_outlive_the_episode(restarting, attach):
+    reset(restarting, "choose-date", 1)
+    mousedown_handlers = "$._data(document, 'events').mousedown.length"
+    at_load = evaluate(restarting, mousedown_handlers)
+    evaluate(restarting, f"() => {{ window.calls = 0; {attach}; }}")
+    evaluate(restarting, "document.body.dispatchEvent(new MouseEvent('mousedown', {bubbles: true}))")
+    assert evaluate(restarting, "window.calls") == 1
+    assert reset(restarting, "choose-date", 2)["restarted_in_page"]
+    evaluate(restarting, "document.body.dispatchEvent(new MouseEvent('mousedown', {bubbles: true}))")
+    assert evaluate(restarting, "window.calls") == 1
+    assert evaluate(restarting, mousedown_handlers) == at_load
+
+
+def test_a_widget_left_open_outside_the_task_area_makes_the_next_reset_load_the_page(restarting):
+    reset(restarting, "choose-date", 1)
+    evaluate(restarting, "$('#datepicker').datepicker('show')")
+    metadata = reset(restarting, "choose-date", 2)
+    assert not metadata["restarted_in_page"]
+    left = "the last episode left on screen, outside the task's area: div#ui-datepicker-div.ui-datepicker"
+    assert metadata["loaded_because"] == left
+    assert evaluate(restarting, "getComputedStyle(document.querySelector('#ui-datepicker-div')).display") == "none"
+
+
+@pytest.mark.parametrize(
+    "task, role, action",
+    [
+        ("ascending-numbers", "", "press('{bid}', 'Tab')"),  # the focus leaves the document
+        ("scroll-text", "textbox", "fill('{bid}', 'typed over')"),  # a text area the task then writes into
+        ("use-colorwheel", "textbox", "fill('{bid}', '#123456')"),  # an input the task never resets
+    ],
+)
+def test_what_an_episode_did_to_the_page_the_task_does_not_rebuild_does_not_reach_the_next(
+    restarting, loading, task, role, action
+):
+    page = restarting.reset(task_name=task, seed=1, fields=restarts.FIELDS).axtree_txt
+    bid = next(bid for bid, element_role, _ in restarts.elements(page) if role in ("", element_role))
+    assert not restarts.step(restarting, action.format(bid=bid)).error
+    metadata, episode = restarts.play(restarting, task, 2, right=True)
+    _, reference = restarts.play(loading, task, 2, right=True)
+    assert metadata["restarted_in_page"]
+    assert episode == reference, restarts.first_difference(episode, reference)
+
+
+def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):
+    with restarts.new_session(pool, reload_every=3) as session:
+        outcomes = [reset(session, "click-test", seed) for seed in range(7)]
+    assert [o["restarted_in_page"] for o in outcomes] == [False, True, True, False, True, True, False]
+    assert outcomes[3]["loaded_because"] == "the page has run 3 episodes (--reload-every 3)"
+
+
+def test_a_session_moves_to_a_new_browser_context_every_context_episodes(restarting, monkeypatch):
     monkeypatch.setattr(miniwob_env, "CONTEXT_EPISODES", 3)
-    restarting.reset(task_name="click-test", seed=1, fields=FIELDS)
+    reset(restarting, "click-test", 1)
     context = restarting._context
     while restarting._episodes_in_context < miniwob_env.CONTEXT_EPISODES:
-        assert restarting.reset(task_name="click-test", seed=2, fields=FIELDS).metadata["restarted_in_page"]
+        assert reset(restarting, "click-test", 2)["restarted_in_page"]
         assert restarting._context is context
-    renewed = restarting.reset(task_name="click-test", seed=3, fields=FIELDS)
-    assert restarting._context is not context and not renewed.metadata["restarted_in_page"]
+    renewed = restarting.reset(task_name="click-test", seed=3, fields=restarts.FIELDS)
+    assert restarting._context is not context
+    assert renewed.metadata["loaded_because"] == "a new browser context every 3 episodes"
     assert renewed.goal == "Click the button." and "button 'Click Me!'" in renewed.axtree_txt

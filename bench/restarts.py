@@ -1,0 +1,304 @@
+"""Episodes restarted in the page, checked over every task: which tasks restart (census), and whether a restart in a
+page that has lived through many episodes of allowed but disruptive actions is still the episode a fresh load of the
+same seed gives (aging).
+
+    python bench/restarts.py census                   # every task: restarts in the page, or why it loads afresh
+    python bench/restarts.py aging                    # every task, 100 aging episodes, 2 seeds for each prior state
+    python bench/restarts.py aging --tasks use-colorwheel ascending-numbers --episodes 30 --seeds 1
+
+Census: for each task one session loads the task's page, then, for each state an episode can be left in (untouched,
+half done, timed out, played out), leaves an episode in it and resets to the task again: the reset restarts in the
+page, or its observation says why the page was loaded afresh (`loaded_because`). It prints a line per task and
+"N of 125 tasks restart in the page".
+
+Aging: for each task, one session ages a page: `--episodes` episodes in it (seeds 0, 1, ...), each with `--actions`
+random allowed actions on the page's elements (keys, scrolls, double clicks, drags, hovers, select_option, long
+fills, clicks, focus, clear). Then, for each prior state and each of `--seeds` seeds, the aged session leaves an
+episode in that state, restarts the compared seed and plays it with fixed actions; a second session loads the same
+seed afresh and plays the same. Goal, tree, each action's reward, termination, error and tree, and the page itself
+(URL, focus, scroll offsets, form values) must be equal. Tasks that always load afresh are compared too, as a check
+of the comparison. It prints a line per task (with the aging resets that loaded afresh, and why) and the count, and
+writes them to `--output` (JSON). Both sessions run in this process, one after the other, on browsers of their own.
+"""
+
+import argparse
+import contextlib
+import json
+import random
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import browser_setup
+from env_protocol import BrowserGymAction
+from miniwob_env import TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from scripted_policy import PLANS, plan
+
+FIELDS = ["goal", "axtree_txt", "error"]
+RESTARTED = "restarted in the page"
+# The states the episode before a compared restart is left in.
+BEFORE = ("untouched", "half done", "timed out", "played out")
+ACTIONABLE = "button|link|checkbox|radio|textbox|searchbox|spinbutton|combobox|tab|menuitem|option|slider|treeitem"
+# Pages that change by themselves, so that two loads of one seed differ too: only their goals are compared.
+# BrowserGym marks four such tasks; stock-market redraws its price every 100 ms.
+TIME_DEPENDENT = {"stock-market", *(task for task, cls in TASK_CLASSES.items() if cls.nondeterministic)}
+# The page as the policy cannot see it in the tree, but a later episode could feel: where the page is, whether the
+# document has the focus and which element does, every scroll offset, and every form control's state.
+PAGE_STATE = """() => ({
+  url: location.href,
+  focused: document.hasFocus(),
+  active: document.activeElement && [document.activeElement.tagName, document.activeElement.id],
+  scrolled: [...document.querySelectorAll("*")].filter((e) => e.scrollTop || e.scrollLeft)
+    .map((e) => [e.tagName, e.id, e.scrollTop, e.scrollLeft]).concat([["window", scrollX, scrollY]]),
+  controls: [...document.querySelectorAll("input, select, textarea")]
+    .map((e) => [e.tagName, e.type, e.id, e.value, e.checked, e.selectedIndex]),
+})"""
+KEYS = [
+    "Tab",
+    "Shift+Tab",
+    "Enter",
+    "Escape",
+    "Space",
+    "ArrowDown",
+    "ArrowUp",
+    "ArrowRight",
+    "PageDown",
+    "End",
+    "Home",
+    "Backspace",
+    "Control+a",
+    "a",
+    "7",
+]
+
+
+def browsers() -> BrowserPool:
+    """Two browsers, as the server runs them, in this process."""
+    browser_setup.prepare()
+    return BrowserPool(2)
+
+
+@contextlib.contextmanager
+def new_session(pool: BrowserPool, **options):
+    """A session (its own browser context) for the length of a `with` block."""
+    session = MiniWoBEnvironment(pool, **options)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def elements(page: str) -> list[tuple[str, str, str]]:
+    """(bid, role, name) of the tree's elements, in page order."""
+    return re.findall(r"\[(\w+)\] (\w+)(?: '([^'\n]*)')?", page)
+
+
+def fixed_actions(task: str, goal: str, page: str, right: bool) -> list[str]:
+    """The scripted plan's actions (right, or with a wrong first one); else a fill or click of the page's first
+    elements that take one."""
+    if task in PLANS:
+        steps = plan(task, goal, page)
+        return steps.right if right else [steps.wrong[0], *steps.right[1:]]
+    chosen = [(bid, role) for bid, role, _ in elements(page) if re.fullmatch(ACTIONABLE, role)][:2]
+    fills = ("textbox", "searchbox", "spinbutton")
+    return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen] or ["noop()"]
+
+
+def disruptive_action(rng: random.Random, page: str) -> str:
+    """One allowed action of a random kind on random elements of the page."""
+    bids = [bid for bid, _, _ in elements(page)] or ["1"]
+    bid, other = rng.choice(bids), rng.choice(bids)
+    options = [name for _, role, name in elements(page) if role == "option" and name] or ["x"]
+    return rng.choice(
+        [
+            f"press('{bid}', '{rng.choice(KEYS)}')",
+            f"scroll({rng.choice([0, 50])}, {rng.choice([-200, 150, 400])})",
+            f"dblclick('{bid}')",
+            f"drag_and_drop('{bid}', '{other}')",
+            f"hover('{bid}')",
+            f"select_option('{bid}', {rng.choice(options)!r})",
+            f"fill('{bid}', '{'long text ' * rng.randint(5, 30)}')",
+            f"click('{bid}')",
+            f"focus('{bid}')",
+            f"clear('{bid}')",
+        ]
+    )
+
+
+def step(session: MiniWoBEnvironment, action: str):
+    return session.step(BrowserGymAction(action_str=action))
+
+
+def age(session: MiniWoBEnvironment, task: str, episodes: int, actions: int) -> Counter:
+    """Plays `episodes` episodes of random disruptive actions in the session's page: how many resets restarted in
+    the page, and for the others why they loaded it afresh."""
+    rng = random.Random(task)
+    outcomes = Counter()
+    for seed in range(episodes):
+        observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
+        outcomes[observation.metadata.get("loaded_because", RESTARTED)] += 1
+        for _ in range(actions):
+            observation = step(session, disruptive_action(rng, observation.axtree_txt))
+            if observation.done:
+                break
+    return outcomes
+
+
+def leave(session: MiniWoBEnvironment, task: str, seed: int, state: str) -> None:
+    """An episode of `task` left in `state`: untouched, half done (one action), timed out (MiniWoB's own end of a
+    timed-out episode), or played out."""
+    observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
+    actions = fixed_actions(task, observation.goal, observation.axtree_txt, right=False)
+    if state == "timed out":
+        session._worker.call(session._page.evaluate, "core.endEpisode(-1, false, 'timed out')")
+    for action in actions[: {"half done": 1, "played out": len(actions)}.get(state, 0)]:
+        step(session, action)
+
+
+def page_state(session: MiniWoBEnvironment) -> dict:
+    return session._worker.call(session._page.evaluate, PAGE_STATE)
+
+
+def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
+    """The reset's metadata (restarted_in_page, loaded_because), and the episode: goal, tree and page state, then
+    each action's outcome and the page state after it."""
+    observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
+    trace = [(observation.goal, observation.axtree_txt, page_state(session))]
+    for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
+        result = step(session, action)
+        trace.append((result.reward, result.done, result.error, result.axtree_txt, page_state(session)))
+        if result.done:
+            break
+    return observation.metadata, trace
+
+
+def first_difference(episode: list, reference: list) -> str:
+    """Where two traces part: the turn, and the first differing line of the tree or key of the page state."""
+    for turn, (ours, theirs) in enumerate(zip(episode, reference)):
+        for a, b in zip(ours, theirs):
+            if a == b:
+                continue
+            if isinstance(a, dict):
+                key = next(k for k in a if a[k] != b.get(k))
+                return f"turn {turn}, page {key}: {str(a[key])[:200]} against {str(b[key])[:200]}"
+            if isinstance(a, str):
+                lines = [(x, y) for x, y in zip(a.splitlines() + [""], b.splitlines() + [""]) if x != y]
+                return f"turn {turn}: {lines[0][0].strip()[:150]!r} against {lines[0][1].strip()[:150]!r}"
+            return f"turn {turn}: {a!r} against {b!r}"
+    return f"{len(episode)} turns against {len(reference)}"
+
+
+def compare_restart(
+    restarting: MiniWoBEnvironment, loading: MiniWoBEnvironment, task: str, seed: int, before: str, right: bool
+) -> tuple[dict, str]:
+    """Leaves an episode of `task` in state `before` in the restarting session, then plays `seed` there and in the
+    loading session: the restarting reset's metadata, and where the two episodes differ ("" where they are equal)."""
+    leave(restarting, task, seed + 1000, before)
+    metadata, episode = play(restarting, task, seed, right)
+    _, reference = play(loading, task, seed, right)
+    if task in TIME_DEPENDENT:
+        episode, reference = [episode[0][0]], [reference[0][0]]
+    return metadata, "" if episode == reference else first_difference(episode, reference)
+
+
+def compare(aged: MiniWoBEnvironment, fresh: MiniWoBEnvironment, task: str, seeds: int) -> tuple[list[str], int]:
+    """Each compared restart that differs from a fresh load, as `state seed (restarted or loaded): where`; and how
+    many of the compared resets restarted in the page."""
+    differences, restarted = [], 0
+    for n, seed in enumerate(range(11, 11 + seeds)):
+        for before in BEFORE:
+            metadata, difference = compare_restart(aged, fresh, task, seed, before, right=n % 2 == 0)
+            restarted += metadata["restarted_in_page"]
+            if difference:
+                how = "restarted" if metadata["restarted_in_page"] else "loaded"
+                differences.append(f"{before} {seed} ({how}): {difference}")
+    return differences, restarted
+
+
+def census(pool: BrowserPool, task: str) -> dict[str, str]:
+    """For each state the episode before a reset was left in: "" where the reset restarted in the page, else why
+    it loaded the page afresh. A new session, so that its page starts young."""
+    outcomes = {}
+    with new_session(pool) as session:
+        session.reset(task_name=task, seed=0, fields=FIELDS)  # the task's page, loaded
+        for n, state in enumerate(BEFORE):
+            leave(session, task, 100 + n, state)
+            observation = session.reset(task_name=task, seed=200 + n, fields=FIELDS)
+            outcomes[state] = observation.metadata.get("loaded_because", "")
+    return outcomes
+
+
+def print_census(tasks: list[str]) -> list[str]:
+    """Prints each task's census; the tasks that restart in the page after every state."""
+    pool, start, restarting = browsers(), time.perf_counter(), []
+    for task in tasks:
+        outcomes = census(pool, task)
+        reasons = sorted({reason for reason in outcomes.values() if reason})
+        if reasons:
+            after = ", ".join(state for state, reason in outcomes.items() if reason)
+            print(f"{task:<28} loads afresh after {after}: {'; '.join(reasons)}", flush=True)
+        else:
+            restarting.append(task)
+            print(f"{task:<28} restarts in the page", flush=True)
+    print(f"{len(restarting)} of {len(tasks)} tasks restart in the page ({time.perf_counter() - start:.0f}s)")
+    return restarting
+
+
+def aging(pool: BrowserPool, fresh: MiniWoBEnvironment, task: str, episodes: int, actions: int, seeds: int) -> dict:
+    """A new page of `task` aged by `episodes` episodes, then compared with fresh loads: the aging resets' outcomes
+    (restarted, or why loaded afresh), how many compared resets restarted in the page, and where compared episodes
+    differ from a fresh load."""
+    with new_session(pool, reload_every=10**9) as aged:
+        outcomes = age(aged, task, episodes, actions)
+        differences, restarted = compare(aged, fresh, task, seeds)
+    return {"aging_resets": dict(outcomes), "compared_restarts": restarted, "differences": differences}
+
+
+def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, output: str) -> bool:
+    """Ages and compares each task's page; whether every task's restarts equal fresh loads."""
+    pool, results, start = browsers(), {}, time.perf_counter()
+    with new_session(pool, reload_every=1) as fresh:
+        for task in tasks:
+            task_start = time.perf_counter()
+            results[task] = result = aging(pool, fresh, task, episodes, actions, seeds)
+            differences, outcomes = result["differences"], result["aging_resets"]
+            verdict = "equal" if not differences else f"{len(differences)} differ: {differences[0]}"
+            print(
+                f"{task:<28} aged {outcomes.get(RESTARTED, 0)}/{episodes} in the page, "
+                f"{result['compared_restarts']}/{4 * seeds} compared restarts, {verdict} "
+                f"({time.perf_counter() - task_start:.0f}s)",
+                flush=True,
+            )
+            for reason, count in outcomes.items():
+                if reason != RESTARTED:
+                    print(f"    {count} loaded afresh: {reason}")
+            Path(output).write_text(json.dumps(results, indent=1) + "\n")
+    equal = [task for task, result in results.items() if not result["differences"]]
+    print(
+        f"{len(equal)} of {len(results)} tasks equal to a fresh load after aging ({time.perf_counter() - start:.0f}s)"
+    )
+    return len(equal) == len(results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("census", "aging"):
+        command = commands.add_parser(name)
+        command.add_argument("--tasks", nargs="*", default=sorted(TASK_CLASSES))
+    aging = commands.choices["aging"]
+    aging.add_argument("--episodes", type=int, default=100, help="aging episodes per page")
+    aging.add_argument("--actions", type=int, default=3, help="disruptive actions per aging episode")
+    aging.add_argument("--seeds", type=int, default=2, help="compared seeds per prior state")
+    aging.add_argument("--output", default="restart_aging.json")
+    args = parser.parse_args()
+    if args.command == "census":
+        print_census(args.tasks)
+    elif not print_aging(args.tasks, args.episodes, args.actions, args.seeds, args.output):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
