@@ -12,12 +12,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import gather_object
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
@@ -37,7 +39,7 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
     """
 
     def __init__(self, base_url: str, token: str | None = None, **kwargs: Any):
-        token = token or os.environ.get(TOKEN_VARIABLE)
+        token = client_token(token)
         if token:
             kwargs["headers"] = {**(kwargs.get("headers") or {}), "Authorization": f"Bearer {token}"}
         super().__init__(base_url, **kwargs)
@@ -57,6 +59,12 @@ class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGy
 
     def _parse_state(self, payload: dict[str, Any]) -> BrowserGymState:
         return BrowserGymState(**{k: v for k, v in payload.items() if k in BrowserGymState.model_fields})
+
+
+def client_token(token: str | None = None) -> str | None:
+    """The token a client sends: the one given, else $BROWSER_RL_ENV_TOKEN. The client side reads the variable here
+    alone."""
+    return token or os.environ.get(TOKEN_VARIABLE) or None
 
 
 class LocalEnvServer:
@@ -135,17 +143,23 @@ def healthy(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def cpu_reading(url: str, token: str | None = None, timeout_s: float = 5.0) -> tuple[float, int] | None:
-    """(CPU seconds, episodes begun) so far of a server and its browsers, from its GET /cpu; None from a server
-    without one (OpenEnv's public BrowserGym server) or one that does not answer."""
-    token = token or os.environ.get(TOKEN_VARIABLE)
+class CpuUnavailable(Exception):
+    """A server's CPU reading cannot be had, and why."""
+
+
+def cpu_reading(url: str, token: str | None = None, timeout_s: float = 5.0) -> tuple[float, int]:
+    """(CPU seconds, episodes begun) so far of a server and its browsers, from its GET /cpu; CpuUnavailable from a
+    server without one (OpenEnv's public BrowserGym server) or one that does not answer in time."""
+    token = client_token(token)
     request = urllib.request.Request(f"{url}/cpu", headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             reading = json.load(response)
         return float(reading["cpu_s"]), int(reading["episodes"])
-    except (OSError, ValueError, KeyError):
-        return None
+    except urllib.error.HTTPError as error:
+        raise CpuUnavailable(f"GET /cpu answered HTTP {error.code} (a server other than env_server.py?)") from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CpuUnavailable(f"GET /cpu failed: {type(error).__name__}: {error}") from None
 
 
 def cpu_s_per_episode(before: dict, after: dict) -> float | None:
@@ -176,6 +190,7 @@ class ServerPool:
         self.servers = list(servers)
         self.recovery_wait_s = REMOTE_RECOVERY_WAIT_S if recovery_wait_s is None else recovery_wait_s
         self._out: dict[int, threading.Thread | None] = {}  # the servers out of the rotation, and their restarts
+        self._cpu_unavailable: set[str] = set()  # servers whose CPU reading failed, said once
 
     @classmethod
     def started(cls, stack: contextlib.ExitStack, servers: list, recovery_wait_s: float) -> "ServerPool":
@@ -215,8 +230,17 @@ class ServerPool:
         log.warning("environment server %s failed: out of the rotation%s", url, " while it restarts" if restart else "")
 
     def cpu_readings(self, token: str | None = None) -> dict[str, tuple[float, int] | None]:
-        """Each server's cpu_reading."""
-        return {url: cpu_reading(url, token) for url in self.urls}
+        """Each server's cpu_reading; None for a server whose reading cannot be had, which the log says once."""
+        readings = {}
+        for url in self.urls:
+            try:
+                readings[url] = cpu_reading(url, token)
+            except CpuUnavailable as why:
+                readings[url] = None
+                if url not in self._cpu_unavailable:
+                    self._cpu_unavailable.add(url)
+                    log.warning("the environment's CPU per episode leaves out %s: %s", url, why)
+        return readings
 
     def wait_for_one(self) -> None:
         """Waits, at most recovery_wait_s, for a server to be up."""
@@ -226,13 +250,32 @@ class ServerPool:
 
 
 def open_server_pool(
-    stack: contextlib.ExitStack, env: EnvArguments, max_sessions: int, new_server: Callable = LocalEnvServer
+    stack: contextlib.ExitStack,
+    env: EnvArguments,
+    max_sessions: int,
+    new_server: Callable = LocalEnvServer,
+    local_rank: int = 0,
+    world_size: int = 1,
 ) -> ServerPool:
-    """The servers a run plays on, decided here alone: env.env_url's, or else env.env_servers servers that the run
-    starts side by side and `stack` stops. `new_server(max_sessions)` makes one: an env_server.py process by
-    default, a Modal sandbox in modal_app.py. Each can hold the whole batch, so that the others can take over a
-    failed one's sessions."""
-    if env.env_url:
-        return ServerPool(env.env_url)
-    servers = [new_server(max_sessions) for _ in range(env.env_servers)]
-    return ServerPool.started(stack, servers, recovery_wait_s=servers[0].startup_timeout_s)
+    """The servers a run plays on, decided here alone (train.py, evaluate.py, modal_app.py, warm_up.py and the
+    benchmarks open theirs here): env.env_url's, or else env.env_servers servers that the run starts side by side and
+    `stack` stops. `new_server(max_sessions)` makes one: an env_server.py process by default, a Modal sandbox in
+    modal_app.py. Each can hold the whole batch, so that the others can take over a failed one's sessions.
+
+    Under a launcher (world_size ranks, of which this is local_rank on its machine), the first rank of each machine
+    starts that machine's servers and every rank of the machine plays on them too, each listing them from its own
+    place on, so that ranks that open as many sessions as each other spread them evenly and their remainders on
+    different servers. Every rank must call this, for the ranks exchange the servers' URLs."""
+
+    def start() -> ServerPool:
+        servers = [new_server(max_sessions) for _ in range(env.env_servers)]
+        return ServerPool.started(stack, servers, recovery_wait_s=servers[0].startup_timeout_s)
+
+    if world_size == 1:
+        return ServerPool(env.env_url) if env.env_url else start()
+    started = start() if local_rank == 0 and not env.env_url else None
+    node = socket.gethostname()
+    started_on = gather_object([(node, started.urls if started else [])])
+    urls = env.env_url or [url for host, urls in started_on if host == node for url in urls]
+    place = local_rank % len(urls)
+    return started or ServerPool(urls[place:] + urls[:place])

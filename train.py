@@ -19,7 +19,6 @@ import difflib
 import itertools
 import logging
 import os
-import socket
 import sys
 import threading
 import time
@@ -34,8 +33,8 @@ from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer, ModelConfig, TrlParser, get_peft_config
 
 from arguments import EnvArguments, RolloutArguments
-from env_client import LocalEnvServer, ServerPool, cpu_s_per_episode, open_server_pool
-from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
+from env_client import LocalEnvServer, cpu_s_per_episode, open_server_pool
+from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
 from rollout import EnvironmentFailure, Episode, EpisodeRunner, sampling
@@ -236,24 +235,6 @@ def exit_with_the_launcher() -> None:
     threading.Thread(target=watch, name="launcher watch", daemon=True).start()
 
 
-def run_server_pool(stack: contextlib.ExitStack, env_args: EnvArguments, training_args: RecipeConfig, new_server):
-    """The one pool of environment servers of the whole run. Under a launcher, the first rank of each node starts
-    the node's servers (env_servers of them) and its other ranks play on them too; each server can hold the whole
-    step's episodes. Each rank lists the servers from its own place on, so that ranks that open as many sessions
-    as each other spread them evenly and their remainders on different servers."""
-    max_sessions = training_args.generation_batch_size  # every rank's episodes: a failed server's move elsewhere
-    if training_args.world_size == 1:
-        return open_server_pool(stack, env_args, max_sessions, new_server)
-    started = None
-    if training_args.local_process_index == 0 and not env_args.env_url:
-        started = open_server_pool(stack, env_args, max_sessions, new_server)
-    node = socket.gethostname()
-    started_on = gather_object([(node, started.urls if started else [])])
-    urls = env_args.env_url or [url for host, urls in started_on if host == node for url in urls]
-    place = training_args.local_process_index % len(urls)
-    return started or ServerPool(urls[place:] + urls[:place])
-
-
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     """The newest checkpoint in output_dir that was written to the end. The trainer writes trainer_state.json
     last, so a run killed while saving leaves a checkpoint without one, which must not be resumed from."""
@@ -319,9 +300,18 @@ def main(
         exit_with_the_launcher()
     if training_args.process_index > 0:  # the first rank speaks for the run; the others only warn
         logging.getLogger().setLevel(logging.WARNING)
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    if missing := missing_model(model_args.model_name_or_path):
+        raise ConfigError(f"model_name_or_path: {missing}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    except OSError as error:  # neither a directory here nor a model the hub gave
+        raise ConfigError(f"model_name_or_path {model_args.model_name_or_path!r}: {error}".splitlines()[0]) from None
     with contextlib.ExitStack() as stack:
-        servers = run_server_pool(stack, env_args, training_args, new_server)
+        # Every rank's episodes: a failed server's sessions move to the others.
+        max_sessions = training_args.generation_batch_size
+        servers = open_server_pool(
+            stack, env_args, max_sessions, new_server, training_args.local_process_index, training_args.world_size
+        )
         runner = EpisodeRunner(servers, tokenizer, env_args)
         stack.callback(runner.close)
         trainer = build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner, callbacks)
@@ -351,11 +341,10 @@ def run_from_command_line(callbacks: list[TrainerCallback] = ()) -> None:
     setup_logging()
     try:
         env_args, rollout_args, training_args, model_args = parse_args()
+        main(env_args, rollout_args, training_args, model_args, callbacks)
     except ConfigError as error:
         print(f"train.py: configuration error: {error}", file=sys.stderr)
         sys.exit(2)
-    try:
-        main(env_args, rollout_args, training_args, model_args, callbacks)
     except EnvironmentUnavailable as error:
         log.error(
             "stopping: %s. Checkpoints are kept in %s; the same command resumes from the last one.",

@@ -1,12 +1,14 @@
 """A real env_server.py process driving real Chromium, reached through the OpenEnv client."""
 
 import asyncio
+import contextlib
 import inspect
 import json
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import psutil
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 from playwright._impl import _connection, _sync_base
@@ -16,7 +18,7 @@ from playwright.sync_api import sync_playwright
 import browser_setup
 from env_client import BrowserGymEnv, cpu_reading
 from env_protocol import BrowserGymAction
-from helpers import click_the_button
+from helpers import chromium_processes, click_the_button
 
 
 def action(text: str) -> BrowserGymAction:
@@ -206,3 +208,26 @@ def test_the_server_reports_its_cpu_and_the_episodes_begun_on_it(env_server, ses
         session.reset(seed=seed)
     after_cpu, after_episodes = cpu_reading(env_server.url)
     assert after_episodes >= before_episodes + 3 and after_cpu > before_cpu
+
+
+def cpu_seconds(pids: set[int]) -> dict[int, float]:
+    """Each live process's CPU seconds so far."""
+    seconds = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            times = psutil.Process(pid).cpu_times()
+            seconds[pid] = times.user + times.system
+    return seconds
+
+
+def test_the_servers_cpu_counts_its_browsers_not_only_its_own_python(env_server, session):
+    reported_before, python_before = cpu_reading(env_server.url)[0], cpu_seconds({env_server.pid})
+    chromium_before = cpu_seconds(chromium_processes(env_server.pid))
+    for seed in range(8):  # page loads: most of their work is Chromium's
+        session.reset(task_name=("click-test", "enter-text")[seed % 2], seed=seed)
+    reported = cpu_reading(env_server.url)[0] - reported_before
+    python = cpu_seconds({env_server.pid})[env_server.pid] - python_before[env_server.pid]
+    chromium_after = cpu_seconds(chromium_processes(env_server.pid))
+    chromium = sum(seconds - chromium_before.get(pid, 0.0) for pid, seconds in chromium_after.items())
+    assert chromium > 0.2
+    assert reported >= python + 0.8 * chromium

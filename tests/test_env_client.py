@@ -1,0 +1,54 @@
+"""The client side of the environment: where the token comes from, and a server whose CPU cannot be read."""
+
+import http.server
+import logging
+import re
+import threading
+
+import pytest
+
+from env_client import BrowserGymEnv, ServerPool, client_token, free_port
+from env_protocol import TOKEN_VARIABLE
+from helpers import ROOT
+
+
+@pytest.fixture
+def server_without_cpu():
+    """An HTTP server that answers 404 to everything, as a server without GET /cpu does."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    server.RequestHandlerClass.log_message = lambda *args: None
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/no-such-directory"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("reason", ["HTTP 404", "nothing listens"])
+def test_a_server_whose_cpu_cannot_be_read_is_left_out_and_the_log_says_why_once(server_without_cpu, reason, caplog):
+    url = server_without_cpu if reason == "HTTP 404" else f"http://127.0.0.1:{free_port()}"
+    pool = ServerPool([url])
+    with caplog.at_level(logging.WARNING, logger="env_client"):
+        assert pool.cpu_readings() == {url: None}
+        assert pool.cpu_readings() == {url: None}
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert warning.startswith(f"the environment's CPU per episode leaves out {url}: GET /cpu ")
+    assert ("answered HTTP 404" in warning) == (reason == "HTTP 404")
+
+
+def test_the_token_comes_from_the_argument_else_the_environment(monkeypatch):
+    monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
+    assert client_token() is None and client_token("given") == "given"
+    monkeypatch.setenv(TOKEN_VARIABLE, "from-the-environment")
+    assert client_token() == "from-the-environment" and client_token("given") == "given"
+    client = BrowserGymEnv("http://127.0.0.1:1")
+    assert client._headers["Authorization"] == "Bearer from-the-environment"
+
+
+def test_the_client_side_reads_the_token_variable_in_one_place():
+    readers = [
+        (path.name, line.strip())
+        for path in [*ROOT.glob("*.py"), *ROOT.glob("bench/*.py")]
+        if path.name != "env_server.py"  # the server's own token
+        for line in path.read_text().splitlines()
+        if re.search(r"environ(\.get\(|\[)TOKEN_VARIABLE", line)
+    ]
+    assert readers == [("env_client.py", "return token or os.environ.get(TOKEN_VARIABLE) or None")]
