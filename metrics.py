@@ -68,13 +68,20 @@ def episode_metrics(episodes: list) -> dict[str, float]:
         f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task)
         for task, of_task in episodes_by_task(episodes).items()
     }
-    return {
-        "episodes/count": len(episodes),
-        "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
-        "episodes/turns": len(replies) / len(episodes),
-        "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
-        "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
-    } | per_task
+    # A reset restarted in the page costs the environment a fraction of one that loads it (docs/environment.md).
+    restarts = [e.restarted_in_page for e in episodes if e.restarted_in_page is not None]
+    environment = {"environment/restarted_share": sum(restarts) / len(restarts)} if restarts else {}
+    return (
+        {
+            "episodes/count": len(episodes),
+            "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
+            "episodes/turns": len(replies) / len(episodes),
+            "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
+            "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
+        }
+        | environment
+        | per_task
+    )
 
 
 def same_reward_share(groups: list, episodes: list) -> float:
@@ -104,10 +111,15 @@ def weakest_task(logs: dict) -> str:
     return f" (weakest {task} {100 * success[task]:.0f}%)"
 
 
-def environment_cpu(logs: dict) -> str:
-    """| environment 0.05 CPU-s/episode, where the servers report their CPU."""
-    cpu = logs.get("environment/cpu_s_per_episode")
-    return "" if cpu is None else f" | environment {cpu:.3f} CPU-s/episode"
+def environment_cost(logs: dict) -> str:
+    """| environment 0.05 CPU-s/episode, 96% restarted in the page: what the servers report of their CPU, and the
+    share of resets that restarted in a loaded page."""
+    parts = []
+    if (cpu := logs.get("environment/cpu_s_per_episode")) is not None:
+        parts.append(f"{cpu:.3f} CPU-s/episode")
+    if (restarted := logs.get("environment/restarted_share")) is not None:
+        parts.append(f"{100 * restarted:.0f}% restarted in the page")
+    return f" | environment {', '.join(parts)}" if parts else ""
 
 
 class StepPrinter(TrainerCallback):
@@ -136,7 +148,7 @@ class StepPrinter(TrainerCallback):
             logs.get("time/generation_s", float("nan")),
             logs.get("time/environment_s", float("nan")),
             logs.get("time/training_s", float("nan")),
-            environment_cpu(logs),
+            environment_cost(logs),
         )
 
 

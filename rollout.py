@@ -44,6 +44,7 @@ class Episode:
     done: bool = False
     env_reward: float = 0.0
     out_of_context: bool = False  # ended because its context left no room for another reply
+    restarted_in_page: bool | None = None  # whether the server restarted it in a loaded page (None: not said)
     first_observation: BrowserGymObservation | None = None
     observation: BrowserGymObservation | None = None
 
@@ -68,6 +69,7 @@ class Episode:
             done=self.done,
             env_reward=self.env_reward,
             out_of_context=self.out_of_context,
+            restarted_in_page=self.restarted_in_page,
         )
 
     def add_reply(self, ids: list[int], logprobs: list[float]) -> None:
@@ -252,6 +254,7 @@ class EpisodeRunner:
             options = {"screenshot": True} if self.screenshots else {}
             reset = client.reset(task_name=episode.task_name, seed=episode.seed, fields=OBSERVATION_FIELDS, **options)
             episode.first_observation = episode.observation = (await self._environment(reset, server)).observation
+            episode.restarted_in_page = episode.observation.metadata.get("restarted_in_page")
             self._page_task[client] = episode.task_name
             episode.prompt_ids = self.chat.first_prompt(episode.observation)
             for turn in range(self.env.max_turns):

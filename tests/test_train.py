@@ -48,6 +48,8 @@ def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, en
         split = [m["time/generation_s"], m["time/environment_s"], m["time/training_s"]]
         assert all(seconds > 0 for seconds in split) and math.isclose(sum(split), m["step_time"], rel_tol=1e-6)
         assert 0 < m["environment/cpu_s_per_episode"] < 5  # what the server and its browsers spent per episode
+    # The run's sessions load click-test's page at their first episode, and restart their episodes in it from then on.
+    assert [m["environment/restarted_share"] for m in steps] == [0.0, 1.0]
     assert Image.open(tmp_path / CURVE_FILE).width > 300
     for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
         model = AutoModelForCausalLM.from_pretrained(path)
