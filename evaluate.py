@@ -31,7 +31,7 @@ from transformers import HfArgumentParser
 
 from arguments import EnvArguments
 from env_client import ServerPool, open_server_pool
-from generation import load_policy, model_generate
+from generation import ModelUnavailable, load_policy, missing_model, model_generate
 from metrics import episode_metrics, episodes_by_task, setup_logging
 from rollout import Episode, EpisodeRunner, sampling
 
@@ -224,4 +224,9 @@ if __name__ == "__main__":
         sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
     setup_logging()
     eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
-    print(report(evaluate(eval_args, env_args)))
+    if missing := missing_model(eval_args.model):
+        sys.exit(f"evaluate.py: --model: {missing}")
+    try:
+        print(report(evaluate(eval_args, env_args)))
+    except ModelUnavailable as error:
+        sys.exit(f"evaluate.py: --model {error}")

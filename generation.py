@@ -61,15 +61,35 @@ def sample_replies(
     return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
 
 
+class ModelUnavailable(Exception):
+    """A policy that could not be loaded, and why."""
+
+
+def missing_model(path: str) -> str | None:
+    """Why `path` names no model, where it is plainly a local path (it starts with '.', '/' or '~', or holds more
+    than one '/') that does not exist; None for a directory, or for what may be a hub id (loading finds out)."""
+    if Path(path).expanduser().exists() or not (path.startswith((".", "/", "~")) or path.count("/") > 1):
+        return None
+    return (
+        f"model {path!r} does not exist. `make setup` builds the tiny test model (.cache/tiny-lfm2) and `make smoke` "
+        "the smoke run's start (.cache/smoke-start); a run's output_dir holds the model it trained; or name a model "
+        "on the Hugging Face Hub, such as LiquidAI/LFM2-350M"
+    )
+
+
 def load_policy(path: str):
     """(model, tokenizer) of a model directory, hub id or checkpoint, or of a LoRA adapter directory merged into
     the base model it names; on the GPU when there is one."""
-    if (Path(path) / "adapter_config.json").exists():
-        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto").merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+    try:
+        if (Path(path) / "adapter_config.json").exists():
+            model = AutoPeftModelForCausalLM.from_pretrained(path, dtype="auto").merge_and_unload()
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as error:  # neither a directory here nor a model the hub gave
+        raise ModelUnavailable(f"{path!r}: {str(error).splitlines()[0]}") from None
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    return model, AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
 
 
 def end_of_turn_ids(model, tokenizer) -> list[int]:

@@ -10,6 +10,7 @@ benchmark, the smoke run and the tests build their policies so.
 """
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,8 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
 from arguments import EnvArguments
-from env_client import LocalEnvServer, ServerPool
-from generation import Reply
+from env_client import ServerPool, open_server_pool
+from generation import Reply, missing_model
 from metrics import setup_logging
 from rollout import Episode, EpisodeRunner
 from scripted_policy import Plan, following_plans, plan_of
@@ -136,7 +137,9 @@ if __name__ == "__main__":
     parser.add_argument("--base", required=True, help="the model to fine-tune, e.g. .cache/tiny-lfm2")
     parser.add_argument("--output", required=True, help="where to save the starting policy")
     args = parser.parse_args()
-    with LocalEnvServer(max_sessions=16) as server:
-        print(
-            f"starting policy: {warm_up(args.base, Path(args.output), server.url, ['click-test'], one_right_of_eight)}"
-        )
+    if missing := missing_model(args.base):
+        parser.error(f"--base: {missing}")
+    with contextlib.ExitStack() as stack:
+        servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
+        policy = warm_up(args.base, Path(args.output), servers.urls[0], ["click-test"], one_right_of_eight)
+    print(f"starting policy: {policy}")

@@ -21,6 +21,7 @@
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import shutil
@@ -35,7 +36,7 @@ import matplotlib
 import yaml
 
 from arguments import EnvArguments
-from env_client import LocalEnvServer
+from env_client import open_server_pool
 from evaluate import EvalArguments, evaluate
 from metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
 from tasks import PRESETS
@@ -66,7 +67,8 @@ class Benchmark:
 
 FULL = Benchmark(
     tasks=PRESETS["page-reading"],
-    # bench/reading.py: the model copies the goal's text into a fill only when it was taught to copy first.
+    # The model copies the goal's text into a fill only when it was taught to copy first (bench/copying.py;
+    # docs/page-reading-experiments.md).
     width=None,
     replies=a_third_right,
     warm_up_seeds=64,
@@ -227,24 +229,25 @@ def main() -> None:
     max_turns = yaml.safe_load(bench.grpo_config.read_text())["max_turns"]
 
     base = base_model(bench, out, args.start)
-    with LocalEnvServer(max_sessions=32) as server:
+    with contextlib.ExitStack() as stack:
+        (url,) = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=32).urls
         start = time.perf_counter()
         starting_policy = warm_up(
             base,
             out / "warm-up",
-            server.url,
+            url,
             bench.tasks,
             bench.replies,
             steps=bench.warm_up_steps,
             seeds=bench.warm_up_seeds,
         )
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
-        results = {"starting policy": measure(starting_policy, bench, server.url, max_turns)}
+        results = {"starting policy": measure(starting_policy, bench, url, max_turns)}
         log.info("starting policy:\n%s", table(results, bench.tasks))
         for name, extra in bench.runs.items():
             run_dir = run_dirs[name]
-            seconds = grpo(starting_policy, bench, run_dir, server.url, *extra)
-            results[name] = measure(str(run_dir), bench, server.url, max_turns) | {
+            seconds = grpo(starting_policy, bench, run_dir, url, *extra)
+            results[name] = measure(str(run_dir), bench, url, max_turns) | {
                 "grpo_seconds": seconds,
                 "to_target": to_target(logged_steps(run_dir / METRICS_FILE), bench.tasks),
             }

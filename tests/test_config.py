@@ -10,6 +10,8 @@ from peft import get_peft_model
 from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
+import train
+from generation import missing_model
 from helpers import ROOT, parse_config
 from tasks import PRESETS
 from tiny_lfm2 import build_tokenizer
@@ -192,3 +194,14 @@ def test_one_step_of_the_recipes_full_fine_tune_changes_nearly_every_weight(tiny
     weight.grad = torch.randn_like(weight)
     torch.optim.AdamW([weight], lr=training_args.learning_rate, weight_decay=training_args.weight_decay).step()
     assert (weight.detach() != before).float().mean() > 0.99
+
+
+def test_a_model_path_that_does_not_exist_is_named_with_how_to_make_it(tmp_path):
+    args = parse_config("configs/smoke.yaml", "--output_dir", str(tmp_path), "--model_name_or_path", ".cache/no-model")
+    with pytest.raises(
+        ConfigError, match=r"^model_name_or_path: model '.cache/no-model' does not exist\. `make setup`"
+    ):
+        train.main(*args)  # before any server starts or any model loads
+    assert "`make smoke` the smoke run's start (.cache/smoke-start)" in missing_model(".cache/smoke-start-not-built")
+    assert missing_model("LiquidAI/LFM2-350M") is None  # a hub id: loading finds out
+    assert missing_model(str(tmp_path)) is None
