@@ -6,14 +6,14 @@ It has LFM2's architecture (convolution and attention layers with the real layer
 template and special-token ids, and a byte-level BPE vocabulary of 592 tokens (all its small corpus, the
 action reference and a page, gives), so every code path of the recipe runs on it in seconds, vLLM's included.
 It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a
-convolution, then attention), 64 wide by default (the learning benchmark builds a 256-wide one,
-bench/reading.py deeper ones too), attention heads of 64 like the real model's.
+convolution, then attention), 64 wide by default (the learning benchmark builds a 256-wide one with four layers),
+attention heads of 64 like the real model's.
 
-With `miniwob_vocabulary` (bench/reading.py), the vocabulary also holds MiniWoB's element ids, names and
-words whole (2,078 tokens), as a real tokenizer holds common words. Not by default: LoRA leaves the random
-embeddings frozen, which caps the probability of any one token the lower the more tokens there are
-(bench/lora_ceiling.py: 6% for `click` at 256 wide with 2,078 tokens), and the tests, the smoke run and the
-click-test benchmark have no words to read.
+With `miniwob_vocabulary` (bench/copying.py), the vocabulary also holds MiniWoB's element ids, names and words whole
+(2,078 tokens), as a real tokenizer holds common words. Not by default: LoRA leaves the random embeddings frozen,
+which caps the probability of any one token the lower the more tokens there are (6% for `click` at 256 wide with
+2,078 tokens: docs/page-reading-experiments.md), and the tests, the smoke run and the click-test benchmark have no
+words to read.
 """
 
 import argparse

@@ -1,12 +1,13 @@
 """Can the tiny LFM2 learn, from generic text, the copying that reading a page takes?
 
     python bench/copying.py                     # 30 minutes on 2 cores; the model goes to outputs/copying/model
-    python bench/reading.py --start outputs/copying/model --rounds 1
     python bench/copying.py --skills lookup     # one skill alone: all the batches, the same 30 minutes
+    python bench/learning.py --start outputs/copying/model   # the full learning benchmark from this model
 
-bench/reading.py found that the tiny model, shown only right actions, never writes the goal's text into a box and
-does not match a button's label: it would have to copy, and the randomly initialised model does not learn to. A
-real language model arrives able to, from pretraining. This asks whether the tiny one can be given that ability
+Supervision on the page-reading tasks' right actions (docs/page-reading-experiments.md) found that the tiny model,
+shown only right actions, never writes the goal's text into a box and does not match a button's label: it would have
+to copy, and the randomly initialised model does not learn to. A real language model arrives able to, from
+pretraining. This asks whether the tiny one can be given that ability
 first, cheaply, on synthetic text that holds no MiniWoB page, goal or action, only MiniWoB's words and element ids
 (tiny_lfm2.py's `miniwob_vocabulary`), with every answer token supervised so that each sequence teaches many times:
 
@@ -19,8 +20,8 @@ first, cheaply, on synthetic text that holds no MiniWoB page, goal or action, on
   to find the label in the list and write the id written before it (how a click reads the page).
 
 Each skill's accuracy is the share of its supervised tokens that the model's most likely next token gets right,
-on fixed held-out sequences, printed as training goes. Then bench/reading.py measures, from this model instead of
-a random one, whether supervision on the real pages now teaches reading.
+on fixed held-out sequences, printed as training goes. The full learning benchmark (bench/learning.py) starts from
+this model; docs/page-reading-experiments.md has what it did and did not learn.
 """
 
 import argparse
@@ -34,7 +35,7 @@ import torch
 
 from tiny_lfm2 import build_model, build_tokenizer, miniwob_words
 
-WIDTH, LAYERS = 256, 4  # bench/reading.py's model
+WIDTH, LAYERS = 256, 4  # the full learning benchmark's model
 BATCH_SIZE, LEARNING_RATE, WARMUP_STEPS = 32, 1e-3, 100
 ALPHANUMERIC = string.ascii_letters + string.digits
 ROLES = ["button", "link", "textbox", "tab", "radio", "checkbox", "StaticText", "heading", "option"]
