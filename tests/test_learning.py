@@ -9,6 +9,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -20,6 +21,7 @@ from tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_up import fine_tune
 
 
+@pytest.mark.slow
 def test_grpo_raises_the_success_rate_of_a_weak_policy(tmp_path):
     result = subprocess.run(
         [sys.executable, "bench/learning.py", "--quick", "--output_dir", str(tmp_path)],

@@ -103,6 +103,7 @@ def run_body_in_a_process(model, checkpoints_dir):
     )
 
 
+@pytest.mark.slow
 def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_model, uninterrupted_run, tmp_path):
     run_dir = tmp_path / "run-b"
     first = run_body_in_a_process(half_right_model, tmp_path)

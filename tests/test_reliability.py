@@ -30,7 +30,13 @@ def clicking_model(tmp_path_factory, tiny_model, env_server):
     )
 
 
-@pytest.mark.parametrize("fault", [signal.SIGKILL, signal.SIGSTOP], ids=["server killed", "server hung"])
+@pytest.mark.parametrize(
+    "fault",
+    [
+        pytest.param(signal.SIGKILL, id="server killed"),
+        pytest.param(signal.SIGSTOP, id="server hung", marks=pytest.mark.slow),
+    ],
+)
 def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path, fault):
     run = subprocess.Popen(
         train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10", "--env_timeout_s", "5"),
@@ -58,6 +64,7 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 
 
+@pytest.mark.slow
 def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path):
     run = subprocess.Popen(
         train_command(
@@ -133,6 +140,7 @@ def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_a_checkpoint_resumes_and_ends_where_an_uninterrupted_run_ends(
     half_right_model, uninterrupted_run, tmp_path
 ):
