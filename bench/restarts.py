@@ -27,8 +27,10 @@ import json
 import random
 import re
 import sys
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import browser_setup
@@ -74,10 +76,10 @@ KEYS = [
 ]
 
 
-def browsers() -> BrowserPool:
-    """Two browsers, as the server runs them, in this process."""
+def browsers(count: int = 2) -> BrowserPool:
+    """Browsers, as the server runs them, in this process."""
     browser_setup.prepare()
-    return BrowserPool(2)
+    return BrowserPool(count)
 
 
 @contextlib.contextmanager
@@ -246,25 +248,28 @@ def print_census(tasks: list[str]) -> list[str]:
     return restarting
 
 
-def aging(pool: BrowserPool, fresh: MiniWoBEnvironment, task: str, episodes: int, actions: int, seeds: int) -> dict:
+def aging(pool: BrowserPool, task: str, episodes: int, actions: int, seeds: int) -> dict:
     """A new page of `task` aged by `episodes` episodes, then compared with fresh loads: the aging resets' outcomes
     (restarted, or why loaded afresh), how many compared resets restarted in the page, and where compared episodes
     differ from a fresh load."""
-    with new_session(pool, reload_every=10**9) as aged:
+    with new_session(pool, reload_every=10**9) as aged, new_session(pool, reload_every=1) as fresh:
         outcomes = age(aged, task, episodes, actions)
         differences, restarted = compare(aged, fresh, task, seeds)
     return {"aging_resets": dict(outcomes), "compared_restarts": restarted, "differences": differences}
 
 
-def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, output: str) -> bool:
-    """Ages and compares each task's page; whether every task's restarts equal fresh loads."""
-    pool, results, start = browsers(), {}, time.perf_counter()
-    with new_session(pool, reload_every=1) as fresh:
-        for task in tasks:
-            task_start = time.perf_counter()
-            results[task] = result = aging(pool, fresh, task, episodes, actions, seeds)
-            differences, outcomes = result["differences"], result["aging_resets"]
-            verdict = "equal" if not differences else f"{len(differences)} differ: {differences[0]}"
+def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, output: str, workers: int) -> bool:
+    """Ages and compares each task's page, `workers` tasks at a time (a browser each); whether every task's
+    restarts equal fresh loads."""
+    pool, results, start, printing = browsers(2 * workers), {}, time.perf_counter(), threading.Lock()
+
+    def age_and_compare(task: str) -> None:
+        task_start = time.perf_counter()
+        result = aging(pool, task, episodes, actions, seeds)
+        outcomes, differences = result["aging_resets"], result["differences"]
+        verdict = "equal" if not differences else f"{len(differences)} differ: {differences[0]}"
+        with printing:
+            results[task] = result
             print(
                 f"{task:<28} aged {outcomes.get(RESTARTED, 0)}/{episodes} in the page, "
                 f"{result['compared_restarts']}/{4 * seeds} compared restarts, {verdict} "
@@ -274,7 +279,10 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
             for reason, count in outcomes.items():
                 if reason != RESTARTED:
                     print(f"    {count} loaded afresh: {reason}")
-            Path(output).write_text(json.dumps(results, indent=1) + "\n")
+            Path(output).write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
+
+    with ThreadPoolExecutor(max_workers=workers) as running:
+        list(running.map(age_and_compare, tasks))
     equal = [task for task, result in results.items() if not result["differences"]]
     print(
         f"{len(equal)} of {len(results)} tasks equal to a fresh load after aging ({time.perf_counter() - start:.0f}s)"
@@ -293,10 +301,11 @@ def main() -> None:
     aging.add_argument("--actions", type=int, default=3, help="disruptive actions per aging episode")
     aging.add_argument("--seeds", type=int, default=2, help="compared seeds per prior state")
     aging.add_argument("--output", default="restart_aging.json")
+    aging.add_argument("--workers", type=int, default=4, help="tasks aged at a time, each on browsers of its own")
     args = parser.parse_args()
     if args.command == "census":
         print_census(args.tasks)
-    elif not print_aging(args.tasks, args.episodes, args.actions, args.seeds, args.output):
+    elif not print_aging(args.tasks, args.episodes, args.actions, args.seeds, args.output, args.workers):
         sys.exit(1)
 
 
