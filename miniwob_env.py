@@ -59,6 +59,18 @@ LOADED_AFRESH = {
         ],
         LABELLED_CONTROLS,
     ),
+    **{
+        task: (
+            f"its generator makes jQuery UI's {widget} once and keeps it: a restart takes off the handlers the widget "
+            "bound in its first episode, which the next episode's generator does not bind again"
+        )
+        for widget, tasks in {
+            "autocomplete": ["book-flight", "book-flight-nodelay", "use-autocomplete", "use-autocomplete-nodelay"],
+            "sortable": ["drag-items", "drag-items-grid", "drag-sort-numbers"],
+            "slider": ["form-sequence", "use-slider", "use-slider-2"],
+        }.items()
+        for task in tasks
+    },
     "stock-market": "the page changes by itself: the price is redrawn every 100 ms",
 }
 

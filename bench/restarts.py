@@ -6,23 +6,25 @@ same seed gives (aging).
     python bench/restarts.py aging                    # every task, 100 aging episodes, 2 seeds for each prior state
     python bench/restarts.py aging --tasks use-colorwheel ascending-numbers --episodes 30 --seeds 1
 
-Census: for each task one session loads the task's page, then, for each state an episode can be left in (untouched,
-half done, timed out, played out), leaves an episode in it and resets to the task again: the reset restarts in the
-page, or its observation says why the page was loaded afresh (`loaded_because`). It prints a line per task and
-"N of 125 tasks restart in the page".
+Census: for each task one session loads the task's page, then, for each state an episode can be left in
+(untouched, half done, timed out, played out, roughed up), leaves an episode in it and resets to the task again: the
+reset restarts in the page, or its observation says why the page was loaded afresh (`loaded_because`). It prints a
+line per task and "N of 125 tasks restart in the page".
 
 Aging: for each task, one session ages a page: `--episodes` episodes in it (seeds 0, 1, ...), each with `--actions`
-random allowed actions on the page's elements (keys, scrolls, double clicks, drags, hovers, select_option, long
-fills, clicks, focus, clear). Then, for each prior state and each of `--seeds` seeds, the aged session leaves an
-episode in that state, restarts the compared seed and plays it with fixed actions; a second session loads the same
-seed afresh and plays the same. Goal, tree, each action's reward, termination, error and tree, and the page itself
-(URL, focus, scroll offsets, form values) must be equal. Tasks that always load afresh are compared too, as a check
-of the comparison. It prints a line per task (with the aging resets that loaded afresh, and why) and the count, and
-writes them to `--output` (JSON). Both sessions run in this process, one after the other, on browsers of their own.
+allowed actions on random elements of the page, each kind in turn (keys, scrolls, double clicks, drags, hovers,
+select_option, long fills, clicks, focus, clear). Then, for each prior state and each of `--seeds` seeds, the aged
+session leaves an episode in that state, restarts the compared seed and plays it with fixed actions; a second session
+loads the same seed afresh and plays the same. Goal, tree, each action's reward, termination, error and tree, and the
+page itself (URL, focus, scroll offsets, form values) must be equal. Tasks that always load afresh are compared too,
+as a check of the comparison. It prints a line per task (with the aging resets that loaded afresh, and why) and the
+count, and writes them to `--output` (JSON). Both sessions run in this process, one after the other, on browsers of
+their own; `--workers` tasks at a time.
 """
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import re
@@ -41,7 +43,7 @@ from scripted_policy import PLANS, plan
 FIELDS = ["goal", "axtree_txt", "error"]
 RESTARTED = "restarted in the page"
 # The states the episode before a compared restart is left in.
-BEFORE = ("untouched", "half done", "timed out", "played out")
+BEFORE = ("untouched", "half done", "timed out", "played out", "roughed up")
 ACTIONABLE = "button|link|checkbox|radio|textbox|searchbox|spinbutton|combobox|tab|menuitem|option|slider|treeitem"
 # Pages that change by themselves, so that two loads of one seed differ too: only their goals are compared.
 # BrowserGym marks four such tasks; stock-market redraws its price every 100 ms.
@@ -108,14 +110,16 @@ def fixed_actions(task: str, goal: str, page: str, right: bool) -> list[str]:
     return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen] or ["noop()"]
 
 
-def disruptive_action(rng: random.Random, page: str) -> str:
-    """One allowed action of a random kind on random elements of the page."""
-    bids = [bid for bid, _, _ in elements(page)] or ["1"]
-    bid, other = rng.choice(bids), rng.choice(bids)
-    options = [name for _, role, name in elements(page) if role == "option" and name] or ["x"]
-    return rng.choice(
-        [
-            f"press('{bid}', '{rng.choice(KEYS)}')",
+def disruptive_actions(rng: random.Random):
+    """An endless run of allowed actions, each kind in turn (and each key in turn), each on random elements of the
+    page it is sent the tree of: `action = actions.send(page)`."""
+    page = yield
+    for n in itertools.count():
+        bids = [bid for bid, _, _ in elements(page)] or ["1"]
+        bid, other = rng.choice(bids), rng.choice(bids)
+        options = [name for _, role, name in elements(page) if role == "option" and name] or ["x"]
+        kinds = [
+            f"press('{bid}', '{KEYS[n // 10 % len(KEYS)]}')",
             f"scroll({rng.choice([0, 50])}, {rng.choice([-200, 150, 400])})",
             f"dblclick('{bid}')",
             f"drag_and_drop('{bid}', '{other}')",
@@ -126,7 +130,7 @@ def disruptive_action(rng: random.Random, page: str) -> str:
             f"focus('{bid}')",
             f"clear('{bid}')",
         ]
-    )
+        page = yield kinds[n % len(kinds)]
 
 
 def step(session: MiniWoBEnvironment, action: str):
@@ -136,13 +140,14 @@ def step(session: MiniWoBEnvironment, action: str):
 def age(session: MiniWoBEnvironment, task: str, episodes: int, actions: int) -> Counter:
     """Plays `episodes` episodes of random disruptive actions in the session's page: how many resets restarted in
     the page, and for the others why they loaded it afresh."""
-    rng = random.Random(task)
+    disruptive = disruptive_actions(random.Random(task))
+    next(disruptive)
     outcomes = Counter()
     for seed in range(episodes):
         observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
         outcomes[observation.metadata.get("loaded_because", RESTARTED)] += 1
         for _ in range(actions):
-            observation = step(session, disruptive_action(rng, observation.axtree_txt))
+            observation = step(session, disruptive.send(observation.axtree_txt))
             if observation.done:
                 break
     return outcomes
@@ -150,12 +155,18 @@ def age(session: MiniWoBEnvironment, task: str, episodes: int, actions: int) -> 
 
 def leave(session: MiniWoBEnvironment, task: str, seed: int, state: str) -> None:
     """An episode of `task` left in `state`: untouched, half done (one action), timed out (MiniWoB's own end of a
-    timed-out episode), or played out."""
+    timed-out episode), played out, or roughed up (a scroll, a long fill of the first text box, and a Tab from the
+    first element, which leaves the document without the focus where nothing after it takes one)."""
     observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
     actions = fixed_actions(task, observation.goal, observation.axtree_txt, right=False)
     if state == "timed out":
         session._worker.call(session._page.evaluate, "core.endEpisode(-1, false, 'timed out')")
-    for action in actions[: {"half done": 1, "played out": len(actions)}.get(state, 0)]:
+    if state == "roughed up":
+        page = elements(observation.axtree_txt)
+        first = page[0][0] if page else "1"
+        box = next((bid for bid, role, _ in page if role == "textbox"), first)
+        actions = ["scroll(0, 400)", f"fill('{box}', '{'long text ' * 20}')", f"press('{first}', 'Tab')"]
+    for action in actions[: {"half done": 1, "timed out": 0, "untouched": 0}.get(state, len(actions))]:
         step(session, action)
 
 
@@ -272,7 +283,7 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
             results[task] = result
             print(
                 f"{task:<28} aged {outcomes.get(RESTARTED, 0)}/{episodes} in the page, "
-                f"{result['compared_restarts']}/{4 * seeds} compared restarts, {verdict} "
+                f"{result['compared_restarts']}/{len(BEFORE) * seeds} compared restarts, {verdict} "
                 f"({time.perf_counter() - task_start:.0f}s)",
                 flush=True,
             )
