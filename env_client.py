@@ -116,6 +116,7 @@ class LocalEnvServer:
                 os.killpg(self._process.pid, signal.SIGKILL)  # what it left behind: browsers
             return
         os.killpg(self._process.pid, signal.SIGTERM)
+        os.killpg(self._process.pid, signal.SIGCONT)  # a stopped server, too, ends at once rather than after the wait
         try:
             self._process.wait(timeout=15)
         except subprocess.TimeoutExpired:
