@@ -311,12 +311,16 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     Stock BrowserGym launches two browsers at every reset (the page's and a chat window's), loads the task's page
     and sleeps half a second before each observation. Here a few long-lived browsers serve all sessions, each
     session has its own context (cookies, storage, pages), and a reset to the task the page already holds restarts
-    the episode in that page, as MiniWoB's own instances do: no page load, no new document. A reset to another
-    task, a page that crashed or navigated away, a page that holds jQuery handlers the last episode added, a task in
-    LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared;
-    every CONTEXT_EPISODES episodes it does so in a new browser context, so that no renderer lives for long.
-    Either way no cookie, storage, element id, listener, timer or task state crosses episodes: the equivalence
-    tests compare each restart with a fresh load of the same seed over every task. The observation is taken once
+    the episode in that page, as MiniWoB's own instances do: no page load, no new document. The restart puts back
+    what the task's generator does not rebuild (EPISODE_TRACKER: the episode's listeners, jQuery handlers, timers
+    and animation frames; form controls, scroll offsets, focus; BrowserGym's element ids; cookies and storage) and
+    checks what it cannot put back (a widget left open outside the task's area, a kept widget's handlers). A reset
+    to another task, a page that crashed or navigated away, a page the checks find unlike the fresh load, a task in
+    LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared,
+    and says why (`loaded_because` in the observation's metadata); every CONTEXT_EPISODES episodes it does so in a
+    new browser context, so that no renderer lives for long. tests/test_in_page_restart.py and bench/restarts.py
+    compare restarts with fresh loads of the same seed over every task, on young and on aged pages. The observation
+    is taken once
     the page is ready (after `settle_ms`, 0 by default, for tasks that animate), with the fields a client asked
     for at reset (all by default). The task, its goal, the actions, their execution, the observation and the
     reward are BrowserGym's own.
