@@ -31,7 +31,7 @@ ifeq ($(GPU),)
 endif
 	touch $@
 
-# Playwright's own Chromium if it can be downloaded, else the system's; env_server.py finds either.
+# Playwright's own Chromium if it can be downloaded, else the system's; browser_setup.py finds either.
 .PHONY: chromium
 chromium: $(VENV)/installed
 	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then \

@@ -15,7 +15,7 @@ class EnvArguments:
     task_name: str = field(default="click-test", metadata={"help": "MiniWoB task, e.g. click-test, enter-text"})
     tasks: list[str] = field(
         default_factory=list,
-        metadata={"help": "several tasks: names, name:weight, or presets (page-reading, all); empty: task_name"},
+        metadata={"help": "several tasks: names, name:weight, or presets (tasks.PRESET_NAMES); empty: task_name"},
     )
     env_url: list[str] = field(
         default_factory=list,

@@ -3,24 +3,37 @@
     python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
     python evaluate.py --model outputs/smoke --temperature 1.0 --screenshots true   # as sampled in training
     python evaluate.py --model outputs/multi --tasks page-reading                   # a suite: a per-task table
+    python evaluate.py --model outputs/multi --benchmark miniwob                    # BrowserGym's protocol
+    python evaluate.py --model outputs/multi --benchmark miniwob --split test       # its held-out task families
 
 `--model` is a model directory or hub id, a checkpoint, or a LoRA adapter directory as `train.py --use_peft`
 saves it. For each task (`--task_name`, or `--tasks` with names and presets as in training) it prints the
 success rate with its 95% confidence interval, the mean number of turns of the solved episodes, and the share
 of replies that held no valid action; for several tasks, as a table with the mean over tasks, and a chart
-(success.png). Writes one JSON line per episode, a summary, and with --screenshots each episode's first and
-last page as PNG, to --output_dir.
+(success.png), and per BrowserGym split (train, test). Writes one JSON line per episode, a summary (with the
+commit, package versions and seeds), and with --screenshots each episode's first and last page as PNG, to
+--output_dir. Run again with the same settings and output directory, it plays only the episodes not yet recorded.
 
 The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
+`--benchmark miniwob` plays BrowserGym's MiniWoB benchmark as browsergym-experiments defines it: every task, each
+with its five seeds, at most 10 steps; `--split` keeps one of BrowserGym's two splits, with the same seeds. Where
+this project's episodes differ from BrowserGym's, the report says so (PROTOCOL_DIFFERENCES).
+
+Episodes are batched so that a session keeps playing one task and restarts in its page. A batch the environment
+failed is played again on fresh sessions; its episodes are never scored.
 """
 
 import contextlib
+import dataclasses
+import importlib.metadata
 import json
 import logging
 import math
 import os
+import subprocess
 import sys
 import time
+from collections import Counter, deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,14 +43,32 @@ from PIL import Image
 from transformers import HfArgumentParser
 
 from arguments import EnvArguments
-from env_client import ServerPool, open_server_pool
+from env_client import cpu_s_per_episode, open_server_pool
 from generation import ModelUnavailable, load_policy, missing_model, model_generate
-from metrics import episode_metrics, episodes_by_task, setup_logging
+from metrics import setup_logging
 from rollout import Episode, EpisodeRunner, sampling
+from tasks import SPLIT_PRESETS, browsergym_benchmark, preset_tasks
 
 log = logging.getLogger("evaluate")
 
 CHART_FILE = "success.png"
+BENCHMARKS = ("miniwob", "miniwob_tiny_test")  # browsergym-experiments' MiniWoB benchmarks
+# Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
+# change them.
+OPERATIONAL = {"output_dir", "batch_size", "screenshots", "max_env_failures", "env_url", "env_servers", "env_timeout_s"}
+# Recorded with each evaluation: what its figures depend on besides the model.
+PACKAGES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "openenv",
+    "browsergym-core",
+    "browsergym-miniwob",
+    "browsergym-experiments",
+    "miniwob",
+    "playwright",
+)
 
 
 @dataclass
@@ -55,10 +86,31 @@ class EvalArguments:
     )
     screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
     seed: int = field(default=0, metadata={"help": "sampling seed"})
+    benchmark: str | None = field(
+        default=None,
+        metadata={
+            "help": f"play a BrowserGym benchmark ({', '.join(BENCHMARKS)}) with its own tasks, seeds and step limit,"
+            " in place of the task list, --episodes, --first_seed and --max_turns"
+        },
+    )
+    split: str | None = field(default=None, metadata={"help": "with --benchmark: BrowserGym's train or test tasks"})
+    max_env_failures: int = field(
+        default=3, metadata={"help": "environment failures in a row before the evaluation stops (each replays)"}
+    )
+
+    def __post_init__(self):
+        if self.benchmark is not None and self.benchmark not in BENCHMARKS:
+            raise ValueError(f"benchmark: {self.benchmark!r} is not one of {', '.join(BENCHMARKS)}")
+        if self.split is not None and (self.benchmark is None or self.split not in SPLIT_PRESETS.values()):
+            raise ValueError(f"split: {self.split!r}: --split takes train or test, with --benchmark")
+        for name in ("episodes", "batch_size", "max_new_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
-def default_output_dir(model: str, env: EnvArguments) -> str:
+def default_output_dir(model: str, benchmark: str | None, split: str | None, env: EnvArguments) -> str:
     tasks = env.tasks[0] if len(env.tasks) == 1 else "tasks" if env.tasks else env.task_name
+    tasks = "-".join(filter(None, [benchmark, split])) or tasks
     if Path(model).is_dir():
         return str(Path(model) / f"eval-{tasks}")
     return f"eval-{model.replace('/', '--')}-{tasks}"
@@ -74,23 +126,70 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def summarize(episodes: list[Episode]) -> dict:
-    solved = [e for e in episodes if e.solved]
-    low, high = wilson_interval(len(solved), len(episodes))
-    metrics = episode_metrics(episodes)
+def task_instances(args: EvalArguments, env: EnvArguments) -> tuple[list[tuple[str, int]], int]:
+    """(task, seed) of every episode to play, and the step limit: the benchmark's, as BrowserGym's own objects give
+    them (a task may hold a seed twice: BrowserGym draws five of 34 per task), or args.episodes seeds from
+    args.first_seed for each of env's tasks."""
+    if args.benchmark is None:
+        seeds = range(args.first_seed, args.first_seed + args.episodes)
+        return [(task, seed) for task in env.task_weights() for seed in seeds], env.max_turns
+    benchmark = browsergym_benchmark(args.benchmark, args.split)
+    (max_steps,) = {env_args.max_steps for env_args in benchmark.env_args_list}
+    return [(a.task_name.removeprefix("miniwob."), a.task_seed) for a in benchmark.env_args_list], max_steps
+
+
+def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> list[list[tuple[str, int]]]:
+    """The instances in batches of at most batch_size, each batch taking one episode from each of batch_size
+    lanes; a lane holds one task's episodes, so that from batch to batch a session keeps its page's task and
+    restarts in it (EpisodeRunner gives an episode the session whose page holds its task). A lane that runs dry
+    takes the next task, or, with none left, half of the longest lane."""
+    waiting = deque(deque(seeds) for seeds in by_task(instances).values())
+    lanes: list[deque] = []
+    batches = []
+    while lanes or waiting:
+        while len(lanes) < batch_size and waiting:
+            lanes.append(waiting.popleft())
+        while len(lanes) < batch_size and len(longest := max(lanes, key=len)) > 1:
+            lanes.append(deque(reversed([longest.pop() for _ in range(len(longest) // 2)])))
+        batches.append([lane.popleft() for lane in lanes])
+        lanes = [lane for lane in lanes if lane]
+    return batches
+
+
+def by_task(items: list, task=lambda item: item[0]) -> dict[str, list]:
+    """The items of each task, tasks in the order they first appear."""
+    grouped: dict[str, list] = {}
+    for item in items:
+        grouped.setdefault(task(item), []).append(item)
+    return grouped
+
+
+def summarize(records: list[dict]) -> dict:
+    solved = [r for r in records if r["success"]]
+    replies = [action for r in records for action in r["actions"]]
+    low, high = wilson_interval(len(solved), len(records))
     return {
-        "episodes": len(episodes),
+        "episodes": len(records),
         "solved": len(solved),
-        "success_rate": metrics["episodes/success_rate"],
+        "success_rate": len(solved) / len(records),
         "ci95": [low, high],
-        "mean_turns_to_success": sum(e.turns for e in solved) / len(solved) if solved else None,
-        "unparsed_share": metrics["episodes/unparsed_share"],
+        "mean_turns_to_success": sum(r["turns"] for r in solved) / len(solved) if solved else None,
+        "unparsed_share": sum(action is None for action in replies) / max(len(replies), 1),
     }
 
 
-def episode_record(index: int, episode: Episode) -> dict:
+def split_summaries(records: list[dict]) -> dict:
+    """The summary of each BrowserGym split that the records reach into."""
+    summaries = {}
+    for split, preset in ((split, preset) for preset, split in SPLIT_PRESETS.items()):
+        tasks = set(preset_tasks(preset))
+        if of_split := [r for r in records if r["task_name"] in tasks]:
+            summaries[split] = summarize(of_split)
+    return summaries
+
+
+def episode_record(episode: Episode) -> dict:
     return {
-        "episode": index,
         "task_name": episode.task_name,
         "seed": episode.seed,
         "success": episode.solved,
@@ -109,50 +208,129 @@ def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
             Image.fromarray(pixels).save(directory / f"episode-{index:04d}-{name}.png")
 
 
-def run_episodes(args: EvalArguments, env: EnvArguments, servers: ServerPool, model, tokenizer) -> list[Episode]:
-    """args.episodes episodes of each task, on the same held-out seeds, in batches that mix tasks."""
+def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
+    """The episodes an earlier run of these settings recorded in output_dir, to resume after; a line cut off by
+    a crash is dropped. Another evaluation's directory is refused rather than mixed in."""
+    settings_file, episodes_file = output_dir / "settings.json", output_dir / "episodes.jsonl"
+    if settings_file.exists():
+        earlier = json.loads(settings_file.read_text())
+        if differing := [k for k in settings if k not in OPERATIONAL and earlier.get(k) != settings[k]]:
+            raise ValueError(
+                f"{output_dir} holds an evaluation with other settings ({', '.join(differing)}):"
+                " choose another --output_dir"
+            )
+    output_dir.mkdir(parents=True, exist_ok=True)
+    settings_file.write_text(json.dumps(settings, indent=2) + "\n")
+    records = []
+    if episodes_file.exists():
+        for line in episodes_file.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                records.append(json.loads(line))
+        episodes_file.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return records
+
+
+def model_files(model: str) -> list:
+    """The files of a model directory, with their sizes and times: a model trained further in place is another
+    model, whose evaluation must not resume an earlier one's."""
+    if not Path(model).is_dir():
+        return []
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(Path(model).iterdir()) if f.is_file()]
+
+
+def still_to_play(instances: list[tuple[str, int]], records: list[dict]) -> list[tuple[str, int]]:
+    played = Counter((r["task_name"], r["seed"]) for r in records)
+    remaining = []
+    for instance in instances:
+        if played[instance]:
+            played[instance] -= 1
+        else:
+            remaining.append(instance)
+    return remaining
+
+
+def run_episodes(
+    args: EvalArguments, runner: EpisodeRunner, instances: list, records: list[dict], model, tokenizer
+) -> None:
+    """Plays the instances not yet in records, batch after batch, appending each played episode to records and
+    to episodes.jsonl."""
     policy = sampling(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
     max_context_tokens = model.config.max_position_embeddings - args.max_new_tokens
-    runner = EpisodeRunner(servers, tokenizer, env, screenshots=args.screenshots)
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    episodes = []
-    try:
-        with open(output_dir / "episodes.jsonl", "w") as records:
-            seeds = range(args.first_seed, args.first_seed + args.episodes)
-            instances = [(task, seed) for task in env.task_weights() for seed in seeds]
-            for start in range(0, len(instances), args.batch_size):
-                for episode in runner.run(instances[start : start + args.batch_size], policy, max_context_tokens):
-                    records.write(json.dumps(episode_record(len(episodes), episode)) + "\n")
-                    if args.screenshots:
-                        save_screenshots(len(episodes), episode, output_dir)
-                    episode.first_observation = episode.observation = None  # screenshots are large
-                    episodes.append(episode)
-                records.flush()
-                solved = sum(e.solved for e in episodes)
-                log.info("%d/%d episodes, %d solved", len(episodes), len(instances), solved)
-    finally:
-        runner.close()
-    return episodes
+    if records:
+        log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
+    with open(output_dir / "episodes.jsonl", "a") as episodes_file:
+        for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
+            for episode in runner.run_until_played(batch, policy, max_context_tokens, args.max_env_failures):
+                if args.screenshots:
+                    save_screenshots(len(records), episode, output_dir)
+                records.append(episode_record(episode))
+                episodes_file.write(json.dumps(records[-1]) + "\n")
+            episodes_file.flush()
+            solved = sum(r["success"] for r in records)
+            log.info("%d/%d episodes, %d solved", len(records), len(instances), solved)
+
+
+def provenance() -> dict:
+    """The commit of this checkout (with "+changes" if it has uncommitted ones) and the versions of the packages
+    the figures depend on."""
+    git = ["git", "-C", str(Path(__file__).parent)]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    versions = {}
+    for package in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
+    return {"commit": (commit + "+changes" * bool(changed.stdout.strip())) or None, "packages": versions}
+
+
+def protocol_differences(env: EnvArguments) -> list[str]:
+    """Where these episodes differ from BrowserGym's MiniWoB protocol."""
+    return [
+        "no wait before observing (env_server.py --settle-ms, 0 by default; BrowserGym waits 500 ms)",
+        "a strict action parser, no retry with force (BrowserGym: strict=False, retry_with_force=True)",
+        "a reply without a valid action uses up a step",
+        f"the page as the compacted accessibility tree, cut at {env.max_page_chars} characters (--max_page_chars)",
+        "bid actions only: no coordinate mouse actions",
+    ]
 
 
 def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
     """Runs the episodes (on env.env_url, else on local servers of its own) and returns the summary."""
+    if args.benchmark and env.tasks:
+        raise ValueError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
-    args.output_dir = args.output_dir or default_output_dir(args.model, env)
+    instances, max_turns = task_instances(args, env)
+    env = dataclasses.replace(env, max_turns=max_turns)
+    args.output_dir = args.output_dir or default_output_dir(args.model, args.benchmark, args.split, env)
+    settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
+    records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(args.model)})
     model, tokenizer = load_policy(args.model)
-    start = time.perf_counter()
+    start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
         servers = open_server_pool(stack, env, max_sessions=args.batch_size)
-        episodes = run_episodes(args, env, servers, model, tokenizer)
-    settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
-    tasks = {task: summarize(of_task) for task, of_task in episodes_by_task(episodes).items()}
-    summary = summarize(episodes) | {
-        "tasks": tasks,
-        "mean_success_rate": sum(t["success_rate"] for t in tasks.values()) / len(tasks),
-        "seconds": time.perf_counter() - start,
-        "arguments": settings,
-    }
+        runner = EpisodeRunner(servers, tokenizer, env, screenshots=args.screenshots)
+        stack.callback(runner.close)
+        cpu_before = servers.cpu_readings(env.env_token)
+        run_episodes(args, runner, instances, records, model, tokenizer)
+        cpu = cpu_s_per_episode(cpu_before, servers.cpu_readings(env.env_token))
+    seconds = time.perf_counter() - start
+    tasks = {task: summarize(of_task) for task, of_task in by_task(records, lambda r: r["task_name"]).items()}
+    summary = (
+        summarize(records)
+        | {
+            "splits": split_summaries(records),
+            "tasks": tasks,
+            "mean_success_rate": sum(t["success_rate"] for t in tasks.values()) / len(tasks),
+            "seconds": seconds,
+            "episodes_per_second": (len(records) - played_before) / seconds,
+            "environment_cpu_s_per_episode": cpu,
+            "protocol_differences": protocol_differences(env) if args.benchmark else [],
+            "seeds": [list(instance) for instance in instances],
+            "arguments": settings,
+        }
+        | provenance()
+    )
     Path(args.output_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if len(tasks) > 1:
         plot_task_success(summary, Path(args.output_dir) / CHART_FILE)
@@ -198,35 +376,58 @@ def task_table(summary: dict) -> str:
     return "\n".join(rows)
 
 
+def success_line(name: str, summary: dict) -> str:
+    low, high = summary["ci95"]
+    return (
+        f"  {name:<24} {100 * summary['success_rate']:7.1f}% ({summary['solved']}/{summary['episodes']}),"
+        f" 95% CI {100 * low:.1f}-{100 * high:.1f}%"
+    )
+
+
 def report(summary: dict) -> str:
     args = summary["arguments"]
     decoding = f"temperature {args['temperature']}" if args["temperature"] else "greedy"
-    if len(summary["tasks"]) > 1:
+    output = f"  episodes and summary in {args['output_dir']}"
+    if len(summary["tasks"]) == 1:
+        (task,) = summary["tasks"]
+        turns, (low, high) = summary["mean_turns_to_success"], summary["ci95"]
         return (
-            f"{args['model']} on {len(summary['tasks'])} tasks ({args['episodes']} episodes each, {decoding}):\n"
-            f"{task_table(summary)}\n  episodes, summary and chart ({CHART_FILE}) in {args['output_dir']}"
+            f"{args['model']} on {task} ({summary['episodes']} episodes, {decoding}):\n"
+            f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
+            f" 95% CI {100 * low:.1f}-{100 * high:.1f}%\n"
+            f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}\n"
+            f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%\n{output}"
         )
-    (task,) = summary["tasks"]
-    low, high = summary["ci95"]
-    turns = summary["mean_turns_to_success"]
-    return (
-        f"{args['model']} on {task} ({summary['episodes']} episodes, {decoding}):\n"
-        f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
-        f" 95% CI {100 * low:.1f}-{100 * high:.1f}%\n"
-        f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}\n"
-        f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%\n"
-        f"  episodes and summary in {args['output_dir']}"
-    )
+    if args["benchmark"]:
+        split = f", its {args['split']} split" if args["split"] else ""
+        played = f"BrowserGym's {args['benchmark']}{split}: {summary['episodes']} episodes of {args['max_turns']} steps"
+    else:
+        played = f"{args['episodes']} episodes each"
+    cpu = summary["environment_cpu_s_per_episode"]
+    lines = [
+        f"{args['model']} on {len(summary['tasks'])} tasks ({played}, {decoding}):",
+        success_line("all episodes", summary),
+        *(success_line(f"{split} split", s) for split, s in summary["splits"].items()),
+        task_table(summary),
+        f"  {summary['episodes_per_second']:.2f} episodes/s"
+        + ("" if cpu is None else f", environment {cpu:.3f} CPU-s/episode"),
+        *(["  differences from BrowserGym's protocol:"] if summary["protocol_differences"] else []),
+        *(f"    - {difference}" for difference in summary["protocol_differences"]),
+        f"{output}, chart in {CHART_FILE}",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
     setup_logging()
-    eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
-    if missing := missing_model(eval_args.model):
-        sys.exit(f"evaluate.py: --model: {missing}")
     try:
+        eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
+        if missing := missing_model(eval_args.model):
+            sys.exit(f"evaluate.py: --model: {missing}")
         print(report(evaluate(eval_args, env_args)))
+    except ValueError as error:
+        sys.exit(f"evaluate.py: {error}")
     except ModelUnavailable as error:
         sys.exit(f"evaluate.py: --model {error}")

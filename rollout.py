@@ -13,6 +13,7 @@ environment's (0), so a trainer scores every reply against the very context it w
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -108,6 +109,10 @@ class EnvironmentFailure(Exception):
     def __init__(self, message: str, server: str | None = None):
         super().__init__(message)
         self.server = server
+
+
+class EnvironmentUnavailable(Exception):
+    """The environment failed max_env_failures times in a row."""
 
 
 class ReplyBatcher:
@@ -207,6 +212,32 @@ class EpisodeRunner:
             if failure.server is not None:
                 self.servers.take_out(failure.server)
             raise
+
+    def run_until_played(
+        self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None, max_failures: int
+    ) -> list[Episode]:
+        """`run`, again from the start each time the environment fails, on the servers still up (or, with none up,
+        once one is back): an episode the environment cut short says nothing about the policy, so it is never
+        scored. After `max_failures` failures in a row, EnvironmentUnavailable."""
+        for failure in itertools.count(1):
+            try:
+                return self.run(specs, policy, max_context_tokens)
+            except EnvironmentFailure as error:
+                if failure > max_failures:
+                    raise EnvironmentUnavailable(
+                        f"the environment failed {failure}x in a row, last with {error}"
+                    ) from error
+                up = self.servers.up()
+                log.warning(
+                    "environment failure %d of at most %d (%s): running the batch's %d episodes again on %s",
+                    failure,
+                    max_failures,
+                    error,
+                    len(specs),
+                    f"the {len(up)} server(s) still up" if up else "the servers once one answers",
+                )
+                if not up:
+                    self.servers.wait_for_one()
 
     def sessions_per_server(self) -> dict[str, int]:
         return {url: sum(server == url for _, server in self._sessions) for url in self.servers.urls}

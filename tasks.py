@@ -7,6 +7,7 @@ running success rate, the variance of its reward and largest at 50%; a floor kee
 that a task nobody solves yet, or one that was mastered and is being forgotten, is still seen.
 """
 
+import functools
 import random
 
 from env_protocol import MINIWOB_TASKS
@@ -17,6 +18,10 @@ PRESETS = {
     "page-reading": ["click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"],
     "all": sorted(MINIWOB_TASKS),  # every MiniWoB task BrowserGym scores
 }
+# BrowserGym's own split of MiniWoB (browsergym-experiments' task metadata): 62 train and 63 test tasks, split by
+# families of similar tasks, so that the test tasks are unseen families, not unseen seeds of trained ones.
+SPLIT_PRESETS = {"browsergym-train": "train", "browsergym-test": "test"}
+PRESET_NAMES = [*PRESETS, *SPLIT_PRESETS]
 # p(1 - p) is at most 0.25 (at 50%); floored at 0.05, a task is drawn at least a fifth as often as that.
 CURRICULUM_FLOOR = 0.05
 SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running success rate by a fifth
@@ -34,15 +39,37 @@ def parse_tasks(entries: list[str]) -> dict[str, float]:
             raise ValueError(f"tasks: weight of {entry!r} is not a number") from None
         if weight <= 0:
             raise ValueError(f"tasks: weight of {entry!r} must be positive")
-        if name not in PRESETS and name not in MINIWOB_TASKS:
-            raise ValueError(f"tasks: {name!r} is neither a MiniWoB task nor a preset ({', '.join(PRESETS)})")
-        for task in PRESETS.get(name, [name]):
+        if name not in PRESET_NAMES and name not in MINIWOB_TASKS:
+            raise ValueError(f"tasks: {name!r} is neither a MiniWoB task nor a preset ({', '.join(PRESET_NAMES)})")
+        for task in preset_tasks(name) if name in PRESET_NAMES else [name]:
             if task in weights:
                 raise ValueError(f"tasks: {task!r} is named twice")
             weights[task] = weight
     if not weights:
         raise ValueError("tasks: the list is empty")
     return weights
+
+
+def preset_tasks(name: str) -> list[str]:
+    """The tasks of a preset; the split presets come from BrowserGym's benchmark object itself."""
+    if name in SPLIT_PRESETS:
+        return browsergym_tasks(browsergym_benchmark("miniwob", SPLIT_PRESETS[name]))
+    return PRESETS[name]
+
+
+@functools.cache
+def browsergym_benchmark(name: str, split: str | None = None):
+    """BrowserGym's benchmark `name` (miniwob, miniwob_tiny_test) as browsergym-experiments defines it, or its
+    `split` (train, test): its tasks, each task's seeds, its step limit. Imported here, on first use, because its
+    metadata loads pandas."""
+    from browsergym.experiments.benchmark import DEFAULT_BENCHMARKS
+
+    benchmark = DEFAULT_BENCHMARKS[name]()
+    return benchmark.subset_from_split(split) if split else benchmark
+
+
+def browsergym_tasks(benchmark) -> list[str]:
+    return sorted({args.task_name.removeprefix("miniwob.") for args in benchmark.env_args_list})
 
 
 class TaskSampler:

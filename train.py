@@ -16,7 +16,6 @@ curve in metrics.py; this file wires them into TRL's GRPOTrainer.
 
 import contextlib
 import difflib
-import itertools
 import logging
 import os
 import sys
@@ -37,7 +36,7 @@ from env_client import LocalEnvServer, cpu_s_per_episode, open_server_pool
 from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
-from rollout import EnvironmentFailure, Episode, EpisodeRunner, sampling
+from rollout import EnvironmentUnavailable, EpisodeRunner, sampling
 from tasks import TaskSampler
 
 log = logging.getLogger("train")
@@ -92,10 +91,6 @@ def timed(generate: GenerateFn) -> tuple[GenerateFn, list[float]]:
     return timed_generate, seconds
 
 
-class EnvironmentUnavailable(Exception):
-    """The environment failed max_env_failures times in a row."""
-
-
 def task_instances(
     prompts: list[str], all_prompts: list[str], seed_of_prompt: dict[str, int], sampler: TaskSampler
 ) -> list[tuple[str, int]]:
@@ -109,40 +104,16 @@ def task_instances(
 
 
 def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSampler, max_env_failures: int):
-    """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out.
-
-    When a server fails mid-rollout, the whole batch runs again on the servers still up (or, with none up, once
-    one is back): an episode the environment cut short says nothing about the policy, so it is never scored.
-    """
+    """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out; a
+    batch the environment failed is played again (EpisodeRunner.run_until_played)."""
     seed_of_prompt = {row["prompt"]: row["seed"] for row in dataset}
-
-    def run_episodes(specs: list[tuple[str, int]], generate: GenerateFn, max_context_tokens: int) -> list[Episode]:
-        for failure in itertools.count(1):
-            try:
-                return runner.run(specs, sampling(generate), max_context_tokens)
-            except EnvironmentFailure as error:
-                if failure > max_env_failures:
-                    raise EnvironmentUnavailable(
-                        f"the environment failed {failure}x in a row, last with {error}"
-                    ) from error
-                up = runner.servers.up()
-                log.warning(
-                    "environment failure %d of at most %d (%s): running the batch's %d episodes again on %s",
-                    failure,
-                    max_env_failures,
-                    error,
-                    len(specs),
-                    f"the {len(up)} server(s) still up" if up else "the servers once one answers",
-                )
-                if not up:
-                    runner.servers.wait_for_one()
 
     def rollout(prompts: list[str], trainer: GRPOTrainer) -> dict[str, list]:
         generate, generating = timed(trainer_generate(trainer))
         all_prompts = gather_object(list(prompts))
         start, cpu_before = time.perf_counter(), runner.servers.cpu_readings(runner.env.env_token)
         specs = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
-        episodes = run_episodes(specs, generate, longest_context(trainer))
+        episodes = runner.run_until_played(specs, sampling(generate), longest_context(trainer), max_env_failures)
         seconds = time.perf_counter() - start
         rank_cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings(runner.env.env_token))
         # The step's figures describe every rank's episodes (each rank's, in rank order, as all_prompts), and the

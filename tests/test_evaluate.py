@@ -1,6 +1,12 @@
-"""evaluate.py against a real server: full models and LoRA adapters, its records, screenshots and interval."""
+"""evaluate.py against a real server: full models and LoRA adapters, its records, screenshots and interval, and
+BrowserGym's own benchmark: its tasks and seeds, played, resumed, and replayed where the environment failed."""
 
+import collections
 import json
+import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 
@@ -9,7 +15,7 @@ from PIL import Image
 
 import train
 from arguments import EnvArguments
-from evaluate import CHART_FILE, EvalArguments, evaluate, report, wilson_interval
+from evaluate import CHART_FILE, EvalArguments, batches_keeping_tasks, evaluate, report, task_instances, wilson_interval
 from helpers import ROOT, parse_config
 
 
@@ -27,7 +33,7 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_mode
     )
     summary = evaluate(args, EnvArguments(max_turns=2, env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
-    assert [r["seed"] for r in records] == list(range(1_000_000, 1_000_005))  # held out from training seeds
+    assert sorted(r["seed"] for r in records) == list(range(1_000_000, 1_000_005))  # held out from training seeds
     assert all(len(r["replies"]) == len(r["actions"]) == r["turns"] for r in records)
     assert summary["episodes"] == 5 and summary["solved"] == sum(r["success"] for r in records)
     assert summary["unparsed_share"] == 1.0  # the random tiny model writes no action
@@ -100,3 +106,99 @@ def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, e
     assert "  click-button                 0.0%    0.0-56.2%      -     100.0%" in table
     assert "  mean over tasks              0.0%" in table
     assert Image.open(tmp_path / CHART_FILE).width > 300
+
+
+def browsergym_episodes(benchmark) -> list[tuple[str, int, int]]:
+    return [(a.task_name.removeprefix("miniwob."), a.task_seed, a.max_steps) for a in benchmark.env_args_list]
+
+
+@pytest.mark.parametrize(
+    "name, split", [("miniwob", None), ("miniwob", "train"), ("miniwob", "test"), ("miniwob_tiny_test", None)]
+)
+def test_the_protocol_plays_browsergym_s_own_benchmark_tasks_seeds_and_step_limit(name, split):
+    from browsergym.experiments.benchmark import DEFAULT_BENCHMARKS
+
+    benchmark = DEFAULT_BENCHMARKS[name]()
+    benchmark = benchmark.subset_from_split(split) if split else benchmark
+    instances, max_steps = task_instances(EvalArguments(model="m", benchmark=name, split=split), EnvArguments())
+    assert [(task, seed, max_steps) for task, seed in instances] == browsergym_episodes(benchmark)
+    if (name, split) == ("miniwob", None):
+        assert len(instances) == 625 and len({task for task, _ in instances}) == 125 and max_steps == 10
+
+
+@pytest.mark.parametrize("tasks, per_task, batch_size", [(125, 5, 16), (1, 50, 16), (2, 3, 6), (3, 2, 8)])
+def test_batches_play_every_episode_once_and_keep_each_task_in_its_lane(tasks, per_task, batch_size):
+    instances = [(f"task-{t}", seed) for t in range(tasks) for seed in range(per_task)]
+    batches = batches_keeping_tasks(instances, batch_size)
+    assert sorted(i for batch in batches for i in batch) == sorted(instances)
+    assert all(0 < len(batch) <= batch_size for batch in batches)
+    assert len(batches) == -(-len(instances) // batch_size)  # no batch left part empty that need not be
+    # A task's episodes follow one another in the batches they are in: a session keeps its page's task.
+    for t in range(tasks):
+        used = [b for b, batch in enumerate(batches) if any(task == f"task-{t}" for task, _ in batch)]
+        assert used == list(range(used[0], used[-1] + 1))
+
+
+def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evaluation_s_directory(
+    tiny_model, env_server, tmp_path
+):
+    args = dict(model=tiny_model, benchmark="miniwob_tiny_test", batch_size=2, output_dir=str(tmp_path))
+    summary = evaluate(EvalArguments(**args), EnvArguments(env_url=env_server.url))
+    episodes = tmp_path / "episodes.jsonl"
+    records = [json.loads(line) for line in episodes.read_text().splitlines()]
+    from browsergym.experiments.benchmark import DEFAULT_BENCHMARKS
+
+    expected = browsergym_episodes(DEFAULT_BENCHMARKS["miniwob_tiny_test"]())
+    assert collections.Counter((r["task_name"], r["seed"]) for r in records) == collections.Counter(
+        (task, seed) for task, seed, _ in expected
+    )
+    assert all(r["turns"] == 5 for r in records)  # the random tiny model never solves one: BrowserGym's 5 steps
+    assert summary["arguments"]["max_turns"] == 5 and summary["seeds"] == [[t, s] for t, s, _ in expected]
+    assert set(summary["splits"]) == {"train"} and summary["splits"]["train"]["episodes"] == 4
+    assert summary["commit"] and summary["packages"]["browsergym-experiments"]
+    assert any("bid actions only" in difference for difference in summary["protocol_differences"])
+    text = report(summary)
+    assert "BrowserGym's miniwob_tiny_test: 4 episodes of 5 steps" in text and "train split" in text
+
+    # A crash after two episodes, the third cut off mid-line: the rerun plays the two missing ones, no more.
+    lines = episodes.read_text().splitlines(keepends=True)
+    episodes.write_text("".join(lines[:2]) + lines[2][:20])
+    resumed = evaluate(EvalArguments(**args), EnvArguments(env_url=env_server.url))
+    again = episodes.read_text().splitlines(keepends=True)
+    assert again[:2] == lines[:2] and len(again) == 4 and resumed["episodes"] == 4
+    assert sorted(again) == sorted(lines)  # greedy: the replayed episodes are the same episodes
+    with pytest.raises(ValueError, match=r"holds an evaluation with other settings \(temperature\)"):
+        evaluate(EvalArguments(**args | {"temperature": 1.0}), EnvArguments(env_url=env_server.url))
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    evaluate(
+        EvalArguments(**args | {"model": str(model), "output_dir": str(tmp_path / "eval")}),
+        EnvArguments(env_url=env_server.url),
+    )
+    (model / "config.json").touch()  # trained further in place: another model
+    with pytest.raises(ValueError, match=r"other settings \(model_files\)"):
+        evaluate(
+            EvalArguments(**args | {"model": str(model), "output_dir": str(tmp_path / "eval")}),
+            EnvArguments(env_url=env_server.url),
+        )
+
+
+def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny_model, tmp_path):
+    command = [sys.executable, "evaluate.py", "--model", tiny_model, "--benchmark", "miniwob_tiny_test"]
+    command += ["--batch_size", "2", "--env_servers", "1", "--env_timeout_s", "10", "--output_dir", str(tmp_path)]
+    run = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    log, killed = [], False
+    for line in run.stderr:
+        log.append(line)
+        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
+            server_pid = int(match.group(1))
+        if not killed and "2/4 episodes" in line:  # the second batch is starting
+            os.killpg(server_pid, signal.SIGKILL)
+            killed = True
+    out, _ = run.communicate(timeout=120)
+    log = "".join(log)
+    assert run.returncode == 0 and killed, log[-3000:]
+    assert "environment failure 1 of at most 3" in log
+    records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(r["turns"] == 5 and not r["last_error"].startswith("Connection") for r in records)
+    assert "all episodes" in out

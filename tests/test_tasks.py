@@ -18,10 +18,31 @@ def test_a_task_list_takes_names_weights_and_presets():
     assert set(parse_tasks(["all"])) == set(MINIWOB_TASKS) and len(PRESETS["all"]) > 100
 
 
+def test_the_split_presets_are_browsergym_s_own_split_and_no_family_of_tasks_straddles_it():
+    from browsergym.experiments.benchmark import DEFAULT_BENCHMARKS
+
+    benchmark = DEFAULT_BENCHMARKS["miniwob"]()
+    split = {}
+    for preset, name in (("browsergym-train", "train"), ("browsergym-test", "test")):
+        tasks = [args.task_name.removeprefix("miniwob.") for args in benchmark.subset_from_split(name).env_args_list]
+        split[name] = set(parse_tasks([preset]))
+        assert split[name] == set(tasks)
+    assert (len(split["train"]), len(split["test"])) == (62, 63)
+    assert split["train"] | split["test"] == set(MINIWOB_TASKS) and not split["train"] & split["test"]
+    metadata = benchmark.task_metadata.assign(task=benchmark.task_metadata.task_name.str.removeprefix("miniwob."))
+    families = {name: set(metadata[metadata.task.isin(split[name])].similarity_group) for name in split}
+    assert families["train"] and families["test"] and not families["train"] & families["test"]
+    assert "click-option" in split["train"] and "click-button" in split["test"]  # page-reading spans both
+
+
 @pytest.mark.parametrize(
     "entries, reason",
     [
-        (["click-buton"], "'click-buton' is neither a MiniWoB task nor a preset (page-reading, all)"),
+        (
+            ["click-buton"],
+            "'click-buton' is neither a MiniWoB task nor a preset"
+            " (page-reading, all, browsergym-train, browsergym-test)",
+        ),
         (["click-test:x"], "weight of 'click-test:x' is not a number"),
         (["click-test:0"], "weight of 'click-test:0' must be positive"),
         (["page-reading", "login-user"], "'login-user' is named twice"),
