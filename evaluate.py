@@ -47,7 +47,7 @@ from env_client import cpu_s_per_episode, open_server_pool
 from generation import ModelUnavailable, load_policy, missing_model, model_generate
 from metrics import setup_logging
 from rollout import Episode, EpisodeRunner, sampling
-from tasks import SPLIT_PRESETS, browsergym_benchmark, preset_tasks
+from tasks import SPLIT_PRESETS, browsergym_benchmark, browsergym_split_of
 
 log = logging.getLogger("evaluate")
 
@@ -143,7 +143,7 @@ def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> 
     lanes; a lane holds one task's episodes, so that from batch to batch a session keeps its page's task and
     restarts in it (EpisodeRunner gives an episode the session whose page holds its task). A lane that runs dry
     takes the next task, or, with none left, half of the longest lane."""
-    waiting = deque(deque(seeds) for seeds in by_task(instances).values())
+    waiting = deque(deque(of_task) for of_task in grouped(instances, lambda i: i[0]).values())
     lanes: list[deque] = []
     batches = []
     while lanes or waiting:
@@ -156,12 +156,12 @@ def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> 
     return batches
 
 
-def by_task(items: list, task=lambda item: item[0]) -> dict[str, list]:
-    """The items of each task, tasks in the order they first appear."""
-    grouped: dict[str, list] = {}
+def grouped(items: list, key) -> dict[str, list]:
+    """The items of each key, keys in the order they first appear."""
+    groups: dict[str, list] = {}
     for item in items:
-        grouped.setdefault(task(item), []).append(item)
-    return grouped
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 def summarize(records: list[dict]) -> dict:
@@ -180,12 +180,10 @@ def summarize(records: list[dict]) -> dict:
 
 def split_summaries(records: list[dict]) -> dict:
     """The summary of each BrowserGym split that the records reach into."""
-    summaries = {}
-    for split, preset in ((split, preset) for preset, split in SPLIT_PRESETS.items()):
-        tasks = set(preset_tasks(preset))
-        if of_split := [r for r in records if r["task_name"] in tasks]:
-            summaries[split] = summarize(of_split)
-    return summaries
+    return {
+        split: summarize(of_split)
+        for split, of_split in sorted(grouped(records, lambda r: browsergym_split_of()[r["task_name"]]).items())
+    }
 
 
 def episode_record(episode: Episode) -> dict:
@@ -315,7 +313,7 @@ def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
         run_episodes(args, runner, instances, records, model, tokenizer)
         cpu = cpu_s_per_episode(cpu_before, servers.cpu_readings(env.env_token))
     seconds = time.perf_counter() - start
-    tasks = {task: summarize(of_task) for task, of_task in by_task(records, lambda r: r["task_name"]).items()}
+    tasks = {task: summarize(of_task) for task, of_task in grouped(records, lambda r: r["task_name"]).items()}
     summary = (
         summarize(records)
         | {

@@ -14,10 +14,13 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from tasks import browsergym_split_of
+
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
 
 METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "learning_curve.png"
+MAX_TASK_LINES = 8  # more tasks than this, and the learning curve draws one line per split instead
 
 
 # Warnings of libraries that the project cannot act on, said once here instead of in every run (message start,
@@ -64,10 +67,16 @@ def episode_metrics(episodes: list) -> dict[str, float]:
     """Success, turns, the share of replies without an action and of episodes cut at the engine's length, over a
     batch of episodes (rollout.Episode), and each task's success."""
     replies = [action for e in episodes for action in e.actions]
+    by_task = episodes_by_task(episodes)
     per_task = {
-        f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task)
-        for task, of_task in episodes_by_task(episodes).items()
+        f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task) for task, of_task in by_task.items()
     }
+    # With many tasks, success on each of BrowserGym's two splits (a run on browsergym-train has 62) reads at once.
+    per_split = {}
+    if len(by_task) > 1:
+        for split in sorted({browsergym_split_of()[task] for task in by_task}):
+            of_split = [e for e in episodes if browsergym_split_of()[e.task_name] == split]
+            per_split[f"splits/{split}/success_rate"] = sum(e.solved for e in of_split) / len(of_split)
     # A reset restarted in the page costs the environment a fraction of one that loads it (docs/environment.md).
     restarts = [e.restarted_in_page for e in episodes if e.restarted_in_page is not None]
     environment = {"environment/restarted_share": sum(restarts) / len(restarts)} if restarts else {}
@@ -80,6 +89,7 @@ def episode_metrics(episodes: list) -> dict[str, float]:
             "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),
         }
         | environment
+        | per_split
         | per_task
     )
 
@@ -193,6 +203,16 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return [sum(values[max(0, i + 1 - window) : i + 1]) / min(i + 1, window) for i in range(len(values))]
 
 
+def breakdown(rows: dict[int, dict]) -> list[tuple[str, str]]:
+    """The curve's lines beside the overall success, as (label, metric): one per task for a few tasks, one per
+    BrowserGym split for more, none for one task."""
+    tasks = sorted({task for row in rows.values() for task in task_success_rates(row)})
+    if len(tasks) > MAX_TASK_LINES:
+        splits = sorted({key for row in rows.values() for key in row if key.startswith("splits/")})
+        return [(f"{key.split('/')[1]} split", key) for key in splits]
+    return [(task, f"tasks/{task}/success_rate") for task in tasks] if len(tasks) > 1 else []
+
+
 def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
     """Success rate per step (with a moving average) and episode length, from a metrics.jsonl."""
     import matplotlib
@@ -208,16 +228,9 @@ def plot_learning_curve(metrics_file: Path, image_file: Path) -> Path:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True, height_ratios=[2, 1])
     top.plot(steps, success, ".", alpha=0.4, label="per step")
     top.plot(steps, smooth, "-", label=f"moving average ({window} steps)")
-    tasks = sorted({task for s in steps for task in task_success_rates(rows[s])})
-    for task in tasks if len(tasks) > 1 else []:  # one line per task, each a moving average over its own steps
-        played = [s for s in steps if task in task_success_rates(rows[s])]
-        top.plot(
-            played,
-            moving_average([rows[s][f"tasks/{task}/success_rate"] for s in played], window),
-            "-",
-            lw=1,
-            label=task,
-        )
+    for label, key in breakdown(rows):  # each a moving average over the steps that played it
+        played = [s for s in steps if key in rows[s]]
+        top.plot(played, moving_average([rows[s][key] for s in played], window), "-", lw=1, label=label)
     top.set_ylabel("success rate (training episodes)")
     top.set_ylim(-0.05, 1.05)
     top.legend(loc="lower right", fontsize="small")

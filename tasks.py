@@ -68,6 +68,12 @@ def browsergym_benchmark(name: str, split: str | None = None):
     return benchmark.subset_from_split(split) if split else benchmark
 
 
+@functools.cache
+def browsergym_split_of() -> dict[str, str]:
+    """{task: "train" or "test"}: BrowserGym's split of every MiniWoB task."""
+    return {task: split for preset, split in SPLIT_PRESETS.items() for task in preset_tasks(preset)}
+
+
 def browsergym_tasks(benchmark) -> list[str]:
     return sorted({args.task_name.removeprefix("miniwob.") for args in benchmark.env_args_list})
 

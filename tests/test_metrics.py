@@ -1,7 +1,9 @@
-"""What a run reports about itself: the step line's weakest task, and where success started and ended."""
+"""What a run reports about itself: the step line's weakest task, where success started and ended, the environment's
+cost, and success per BrowserGym split."""
 
-from metrics import environment_cost, episode_metrics, success_trend, weakest_task
+from metrics import breakdown, environment_cost, episode_metrics, success_trend, weakest_task
 from rollout import Episode
+from tasks import PRESETS
 
 
 def test_the_step_line_names_the_weakest_task_when_there_are_several():
@@ -31,3 +33,23 @@ def test_the_step_line_says_what_the_environment_spent_and_how_many_resets_resta
     logs["environment/cpu_s_per_episode"] = 0.0912
     assert environment_cost(logs) == " | environment 0.091 CPU-s/episode, 75% restarted in the page"
     assert environment_cost({}) == ""
+
+
+def test_a_step_of_several_tasks_reports_success_on_each_of_browsergym_s_splits():
+    solved = dict(done=True, env_reward=1.0)
+    episodes = [Episode("click-option", 0, **solved), Episode("click-option", 1), Episode("click-button", 2, **solved)]
+    logs = episode_metrics(episodes)  # click-option is in BrowserGym's train split, click-button in its test split
+    assert logs["splits/train/success_rate"] == 0.5 and logs["splits/test/success_rate"] == 1.0
+    assert not any(name.startswith("splits/") for name in episode_metrics(episodes[:2]))  # one task: its own rate
+
+
+def test_the_learning_curve_draws_a_line_per_task_for_a_few_and_per_split_for_many():
+    few = {1: {"tasks/click-test/success_rate": 1.0, "tasks/click-button/success_rate": 0.0}}
+    assert breakdown(few) == [
+        ("click-button", "tasks/click-button/success_rate"),
+        ("click-test", "tasks/click-test/success_rate"),
+    ]
+    many = {1: {f"tasks/{task}/success_rate": 0.5 for task in PRESETS["all"][:62]}}
+    many[1] |= {"splits/test/success_rate": 0.4, "splits/train/success_rate": 0.6}
+    assert breakdown(many) == [("test split", "splits/test/success_rate"), ("train split", "splits/train/success_rate")]
+    assert breakdown({1: {"tasks/click-test/success_rate": 1.0}}) == []
