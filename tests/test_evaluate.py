@@ -202,3 +202,22 @@ def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(r["turns"] == 5 and not r["last_error"].startswith("Connection") for r in records)
     assert "all episodes" in out
+
+
+@pytest.mark.parametrize(
+    "arguments, error",
+    [
+        (dict(benchmark="webarena"), "benchmark: 'webarena' is not one of miniwob, miniwob_tiny_test"),
+        (dict(split="test"), "split: 'test': --split takes train or test, with --benchmark"),
+        (dict(benchmark="miniwob", split="valid"), "split: 'valid': --split takes train or test, with --benchmark"),
+        (dict(batch_size=0), "batch_size must be positive, got 0"),
+    ],
+)
+def test_a_mistaken_evaluation_says_what_is_wrong_before_loading_anything(arguments, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        EvalArguments(model="m", **arguments)
+
+
+def test_the_protocol_takes_no_task_list_of_its_own():
+    with pytest.raises(ValueError, match="leave --tasks out"):
+        evaluate(EvalArguments(model="m", benchmark="miniwob"), EnvArguments(tasks=["click-test"]))
