@@ -176,15 +176,29 @@ def page_state(session: MiniWoBEnvironment) -> dict:
 
 def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
     """The reset's metadata (restarted_in_page, loaded_because), and the episode: goal, tree and page state, then
-    each action's outcome and the page state after it."""
+    each action's outcome and the page state after it.
+
+    The episode runs with jQuery's animations off, as the -nodelay tasks run theirs: an action or an observation
+    taken while an accordion or a dialog is still moving sees how far it got, which depends on the machine's load,
+    not on the restart. Every other episode (aging, and the one before a compared restart) keeps them on."""
     observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
-    trace = [(observation.goal, observation.axtree_txt, page_state(session))]
-    for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
-        result = step(session, action)
-        trace.append((result.reward, result.done, result.error, result.axtree_txt, page_state(session)))
-        if result.done:
-            break
+    animations(session, on=False)
+    try:
+        trace = [(observation.goal, observation.axtree_txt, page_state(session))]
+        for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
+            result = step(session, action)
+            trace.append((result.reward, result.done, result.error, result.axtree_txt, page_state(session)))
+            if result.done:
+                break
+    finally:
+        animations(session, on=True)
     return observation.metadata, trace
+
+
+def animations(session: MiniWoBEnvironment, on: bool) -> None:
+    session._worker.call(
+        session._page.evaluate, f"() => {{ if (window.jQuery) jQuery.fx.off = {str(not on).lower()}; }}"
+    )
 
 
 def first_difference(episode: list, reference: list) -> str:
