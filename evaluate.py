@@ -45,7 +45,7 @@ from transformers import HfArgumentParser
 from arguments import EnvArguments
 from env_client import cpu_s_per_episode, open_server_pool
 from generation import ModelUnavailable, load_policy, missing_model, model_generate
-from metrics import setup_logging
+from metrics import grouped, setup_logging
 from rollout import Episode, EpisodeRunner, sampling
 from tasks import SPLIT_PRESETS, browsergym_benchmark, browsergym_split_of
 
@@ -154,14 +154,6 @@ def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> 
         batches.append([lane.popleft() for lane in lanes])
         lanes = [lane for lane in lanes if lane]
     return batches
-
-
-def grouped(items: list, key) -> dict[str, list]:
-    """The items of each key, keys in the order they first appear."""
-    groups: dict[str, list] = {}
-    for item in items:
-        groups.setdefault(key(item), []).append(item)
-    return groups
 
 
 def summarize(records: list[dict]) -> dict:

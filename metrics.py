@@ -55,12 +55,17 @@ def with_training_time(logs: dict) -> dict:
     return logs | {"time/training_s": logs["step_time"] - logs["time/generation_s"] - logs["time/environment_s"]}
 
 
+def grouped(items: list, key) -> dict[str, list]:
+    """The items of each key(item), keys in the order they first appear."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
+
+
 def episodes_by_task(episodes: list) -> dict[str, list]:
     """The episodes (rollout.Episode) of each task, tasks in the order they first appear."""
-    by_task: dict[str, list] = {}
-    for episode in episodes:
-        by_task.setdefault(episode.task_name, []).append(episode)
-    return by_task
+    return grouped(episodes, lambda episode: episode.task_name)
 
 
 def episode_metrics(episodes: list) -> dict[str, float]:
@@ -74,8 +79,8 @@ def episode_metrics(episodes: list) -> dict[str, float]:
     # With many tasks, success on each of BrowserGym's two splits (a run on browsergym-train has 62) reads at once.
     per_split = {}
     if len(by_task) > 1:
-        for split in sorted({browsergym_split_of()[task] for task in by_task}):
-            of_split = [e for e in episodes if browsergym_split_of()[e.task_name] == split]
+        by_split = grouped(episodes, lambda e: browsergym_split_of()[e.task_name])
+        for split, of_split in sorted(by_split.items()):
             per_split[f"splits/{split}/success_rate"] = sum(e.solved for e in of_split) / len(of_split)
     # A reset restarted in the page costs the environment a fraction of one that loads it (docs/environment.md).
     restarts = [e.restarted_in_page for e in episodes if e.restarted_in_page is not None]
