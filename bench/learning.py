@@ -129,7 +129,7 @@ def base_model(bench: Benchmark, out: Path, start: str | None) -> str:
 
 def measure(model: str, bench: Benchmark, env_url: str, max_turns: int) -> dict:
     return evaluate(
-        EvalArguments(model=model, episodes=bench.episodes, temperature=1.0, batch_size=32),
+        EvalArguments(model=model, episodes=bench.episodes, temperature=1.0),
         EnvArguments(task_name=bench.tasks[0], tasks=bench.tasks, max_turns=max_turns, env_url=env_url),
     )
 

@@ -101,13 +101,15 @@ def elements(page: str) -> list[tuple[str, str, str]]:
 
 def fixed_actions(task: str, goal: str, page: str, right: bool) -> list[str]:
     """The scripted plan's actions (right, or with a wrong first one); else a fill or click of the page's first
-    elements that take one."""
+    elements that take one; else a click of its first element (an image, a heading, a drawing); else a noop that
+    does not wait (noop() waits a second)."""
     if task in PLANS:
         steps = plan(task, goal, page)
         return steps.right if right else [steps.wrong[0], *steps.right[1:]]
-    chosen = [(bid, role) for bid, role, _ in elements(page) if re.fullmatch(ACTIONABLE, role)][:2]
+    found = [(bid, role) for bid, role, _ in elements(page)]
+    chosen = [(bid, role) for bid, role in found if re.fullmatch(ACTIONABLE, role)][:2] or found[:1]
     fills = ("textbox", "searchbox", "spinbutton")
-    return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen] or ["noop()"]
+    return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen] or ["noop(0)"]
 
 
 def disruptive_actions(rng: random.Random):
