@@ -6,7 +6,7 @@ so that a mistake fails before a model is loaded."""
 import os
 from dataclasses import dataclass, field
 
-from env_protocol import MINIWOB_TASKS
+from env_protocol import MAX_SETTLE_MS, MINIWOB_TASKS
 from tasks import parse_tasks
 
 
@@ -26,6 +26,10 @@ class EnvArguments:
     )
     max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
     max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
+    settle_ms: int | None = field(
+        default=None,
+        metadata={"help": "wait after each action before observing, in ms (BrowserGym's: 500); default: the server's"},
+    )
     env_token: str | None = field(
         default=None, metadata={"help": "token of a server beyond loopback; default $BROWSER_RL_ENV_TOKEN"}
     )
@@ -43,6 +47,8 @@ class EnvArguments:
         for name in ("max_turns", "max_page_chars", "env_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.settle_ms is not None and not 0 <= self.settle_ms <= MAX_SETTLE_MS:
+            raise ValueError(f"settle_ms must be from 0 to {MAX_SETTLE_MS}, got {self.settle_ms}")
         if self.env_servers < 0:
             raise ValueError(f"env_servers must be 0 (one per 4 cores) or more, got {self.env_servers}")
         # A server's own Python is about a quarter of an episode's CPU and runs on one core (one interpreter lock);

@@ -14,6 +14,8 @@ from pydantic import Field
 TOKEN_VARIABLE = "BROWSER_RL_ENV_TOKEN"
 DEFAULT_TASK = "click-test"
 MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
+# A session's wait before each observation holds its browser's thread, which other sessions share: bounded.
+MAX_SETTLE_MS = 2000
 
 # Every MiniWoB task BrowserGym registers (and scores), by the name a reset takes: click-test, enter-text, ...
 MINIWOB_TASKS: tuple[str, ...] = tuple(

@@ -29,7 +29,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from actions import action_code
-from env_protocol import DEFAULT_TASK, MAX_SEED, BrowserGymAction, BrowserGymObservation, BrowserGymState
+from env_protocol import DEFAULT_TASK, MAX_SEED, MAX_SETTLE_MS, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
 # The observation's fields a client can ask for at reset; screenshots come only with `screenshot=True`.
@@ -324,10 +324,9 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     and says why (`loaded_because` in the observation's metadata); every CONTEXT_EPISODES episodes it does so in a
     new browser context, so that no renderer lives for long. tests/test_in_page_restart.py and bench/restarts.py
     compare restarts with fresh loads of the same seed over every task, on young and on aged pages. The observation
-    is taken once
-    the page is ready (after `settle_ms`, 0 by default, for tasks that animate), with the fields a client asked
-    for at reset (all by default). The task, its goal, the actions, their execution, the observation and the
-    reward are BrowserGym's own.
+    is taken once the page is ready (after `settle_ms`, 0 by default, for tasks that animate; a client may pick its
+    own at reset), with the fields a client asked for at reset (all by default). The task, its goal, the actions,
+    their execution, the observation and the reward are BrowserGym's own.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -345,7 +344,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._worker: BrowserWorker | None = pool.assign()
         self._default_task = default_task
         self._screenshots = screenshots
-        self._settle_ms = settle_ms
+        self._default_settle_ms = self._settle_ms = settle_ms
         self._reload_every = reload_every
         self._fields = frozenset(OBSERVATION_FIELDS)
         self._context = None
@@ -363,9 +362,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         task_name: str | None = None,
         screenshot: bool | None = None,
         fields: list[str] | None = None,
+        settle_ms: int | None = None,
     ) -> BrowserGymObservation:
         """A new episode of `task_name` (default: the server's task) on `seed`. `fields` names the observation's
-        fields to fill for this episode (default: all); `screenshot=True` adds the page's pixels."""
+        fields to fill for this episode (default: all); `screenshot=True` adds the page's pixels; `settle_ms` is
+        this episode's wait after each action before observing (default: the server's; BrowserGym waits 500)."""
         self._check_open()
         task_name = task_name or self._default_task
         if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
@@ -375,8 +376,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
         if fields is not None and not (isinstance(fields, list) and set(fields) <= set(OBSERVATION_FIELDS)):
             raise ValueError(f"fields must be a list of observation fields ({', '.join(OBSERVATION_FIELDS)})")
+        if settle_ms is not None and (type(settle_ms) is not int or not 0 <= settle_ms <= MAX_SETTLE_MS):
+            raise ValueError(f"settle_ms must be an integer from 0 to {MAX_SETTLE_MS}, got {settle_ms!r}")
         if screenshot is not None:
             self._screenshots = screenshot
+        self._settle_ms = self._default_settle_ms if settle_ms is None else settle_ms
         self._fields = frozenset(OBSERVATION_FIELDS if fields is None else fields)
         return self._worker.call(self._reset, seed, episode_id, task_name)
 

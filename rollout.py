@@ -283,6 +283,8 @@ class EpisodeRunner:
         episode = batcher.episodes[index]
         try:
             options = {"screenshot": True} if self.screenshots else {}
+            if self.env.settle_ms is not None:  # unset: the server's own
+                options["settle_ms"] = self.env.settle_ms
             reset = client.reset(task_name=episode.task_name, seed=episode.seed, fields=OBSERVATION_FIELDS, **options)
             episode.first_observation = episode.observation = (await self._environment(reset, server)).observation
             episode.restarted_in_page = episode.observation.metadata.get("restarted_in_page")

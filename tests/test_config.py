@@ -94,6 +94,7 @@ def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("max_turn: 3\n", [], "unknown key 'max_turn' (did you mean 'max_turns'?)"),
         ("learning_rate: fast\n", [], "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
         ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
+        ("settle_ms: 5000\n", [], "settle_ms must be from 0 to 2000, got 5000"),
         ("task_name: click-tset\n", [], "task_name: unknown MiniWoB task 'click-tset'"),
         ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a MiniWoB task nor a preset"),
         ("num_generations: 3\n", [], "generation_batch_size (16) must be divisible by num_generations (3)"),

@@ -17,7 +17,7 @@ from playwright.sync_api import sync_playwright
 
 import browser_setup
 from env_client import BrowserGymEnv, cpu_reading
-from env_protocol import BrowserGymAction
+from env_protocol import MAX_SETTLE_MS, BrowserGymAction
 from helpers import chromium_processes, click_the_button
 
 
@@ -192,6 +192,18 @@ def test_a_client_gets_the_fields_it_asks_for_and_every_field_when_it_asks_for_n
     assert "<input" in every.pruned_html and every.url.endswith("enter-text.html")
     with pytest.raises(RuntimeError, match="fields must be a list of observation fields"):
         session.reset(task_name="enter-text", seed=5, fields=["cookies"])
+
+
+def test_a_client_picks_its_episode_s_wait_before_each_observation_and_the_next_reset_has_the_server_s(session):
+    def step_seconds() -> float:
+        start = time.perf_counter()
+        session.step(action("noop(0)"))
+        return time.perf_counter() - start
+
+    session.reset(task_name="click-test", seed=1, settle_ms=MAX_SETTLE_MS)
+    assert step_seconds() >= MAX_SETTLE_MS / 1000
+    session.reset(task_name="click-test", seed=2)  # the server's wait: 0
+    assert step_seconds() < MAX_SETTLE_MS / 1000
 
 
 def test_a_reset_to_the_task_the_page_holds_restarts_it_in_place_and_another_task_loads(session):

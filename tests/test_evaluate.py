@@ -15,7 +15,16 @@ from PIL import Image
 
 import train
 from arguments import EnvArguments
-from evaluate import CHART_FILE, EvalArguments, batches_keeping_tasks, evaluate, report, task_instances, wilson_interval
+from evaluate import (
+    CHART_FILE,
+    EvalArguments,
+    batches_keeping_tasks,
+    evaluate,
+    protocol_differences,
+    report,
+    task_instances,
+    wilson_interval,
+)
 from helpers import ROOT, parse_config
 
 
@@ -137,6 +146,15 @@ def test_batches_play_every_episode_once_and_keep_each_task_in_its_lane(tasks, p
     for t in range(tasks):
         used = [b for b, batch in enumerate(batches) if any(task == f"task-{t}" for task, _ in batch)]
         assert used == list(range(used[0], used[-1] + 1))
+
+
+def test_the_wait_before_observing_is_a_difference_unless_it_is_browsergym_s():
+    def waits(env: EnvArguments) -> list[str]:
+        return [difference for difference in protocol_differences(env) if "before observing" in difference]
+
+    assert waits(EnvArguments(settle_ms=500)) == []
+    assert waits(EnvArguments())[0].startswith("the server's wait before observing")
+    assert waits(EnvArguments(settle_ms=0))[0].startswith("a wait of 0 ms before observing")
 
 
 def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evaluation_s_directory(

@@ -1,5 +1,7 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
+import time
+
 import pytest
 import torch
 
@@ -153,3 +155,18 @@ def test_an_episode_goes_to_a_session_whose_page_holds_its_task(env_server, toke
     finally:
         runner.close()
     assert [episode.first_observation.metadata["restarted_in_page"] for episode in swapped] == [True] * 4
+
+
+def test_the_wait_before_each_observation_a_run_picks_reaches_the_server(env_server, tokenizer):
+    def noops(episodes):
+        ids = tokenizer.encode("noop(0)", add_special_tokens=False) + [tokenizer.eos_token_id]
+        return [Reply(ids, [-1.0] * len(ids), True) for _ in episodes]
+
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=2, settle_ms=2000))
+    try:
+        start = time.perf_counter()
+        (episode,) = runner.run([("click-test", 3)], noops)
+        assert time.perf_counter() - start >= 4.0  # two steps of 2 s each; without the wait, about 1 s in all
+    finally:
+        runner.close()
+    assert episode.actions == ["noop(0)", "noop(0)"]

@@ -67,6 +67,9 @@ def test_a_hostile_action_is_an_error_observation_and_the_session_stays_usable(s
         ({"seed": 2**64}, "seed must be an integer from 0 to 4294967295"),
         ({"seed": "7"}, "seed must be an integer"),
         ({"seed": 1.5}, "seed must be an integer"),
+        ({"settle_ms": 60_000}, "settle_ms must be an integer from 0 to 2000, got 60000"),
+        ({"settle_ms": -1}, "settle_ms must be an integer from 0 to 2000"),
+        ({"settle_ms": "500"}, "settle_ms must be an integer"),
     ],
 )
 def test_a_bad_reset_is_a_clear_error_and_the_session_stays_usable(session, options, error):
