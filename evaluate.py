@@ -53,10 +53,10 @@ log = logging.getLogger("evaluate")
 
 CHART_FILE = "success.png"
 BENCHMARKS = ("miniwob", "miniwob_tiny_test")  # browsergym-experiments' MiniWoB benchmarks
-# Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
-# change them.
 # BrowserGym's wait after each action before observing (BrowserEnv's pre_observation_delay, 0.5 s).
 BROWSERGYM_SETTLE_MS = 500
+# Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
+# change them.
 OPERATIONAL = {"output_dir", "batch_size", "screenshots", "max_env_failures", "env_url", "env_servers", "env_timeout_s"}
 # Recorded with each evaluation: what its figures depend on besides the model.
 PACKAGES = (
@@ -282,7 +282,10 @@ def protocol_differences(env: EnvArguments) -> list[str]:
         waits = []
     else:
         wait = "the server's wait" if env.settle_ms is None else f"a wait of {env.settle_ms} ms"
-        waits = [f"{wait} before observing (--settle_ms; a local server waits 0), where BrowserGym waits 500 ms"]
+        waits = [
+            f"{wait} before observing (--settle_ms; a local server waits 0), "
+            f"where BrowserGym waits {BROWSERGYM_SETTLE_MS} ms"
+        ]
     return waits + [
         "a strict action parser, no retry with force (BrowserGym: strict=False, retry_with_force=True)",
         "a reply without a valid action uses up a step",
