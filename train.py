@@ -150,6 +150,17 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
     return rollout
 
 
+class RecipeTrainer(GRPOTrainer):
+    """GRPOTrainer whose checkpoint is whole once its trainer_state.json is written, on any number of ranks."""
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        # Every rank writes its own RNG state, and the first writes trainer_state.json right after its own, which
+        # last_complete_checkpoint takes to mean that the checkpoint is whole. Without this wait, a run killed in
+        # between resumes a slower rank with no RNG state, so that its episodes differ from the uninterrupted run's.
+        self.accelerator.wait_for_everyone()
+
+
 def build_trainer(
     env_args: EnvArguments,
     rollout_args: RolloutArguments,
@@ -167,7 +178,7 @@ def build_trainer(
     sampler = TaskSampler(env_args.task_weights(), rollout_args.curriculum, seed=training_args.seed)
     if training_args.use_vllm and not torch.cuda.is_available():
         keep_vllm_cpu_weights_as_loaded()
-    trainer = GRPOTrainer(
+    trainer = RecipeTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task_success,
         args=training_args,
@@ -208,7 +219,8 @@ def exit_with_the_launcher() -> None:
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     """The newest checkpoint in output_dir that was written to the end. The trainer writes trainer_state.json
-    last, so a run killed while saving leaves a checkpoint without one, which must not be resumed from."""
+    last (after every rank's part: RecipeTrainer), so a run killed while saving leaves a checkpoint without one,
+    which must not be resumed from."""
     complete = [p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").exists()]
     return str(max(complete, key=lambda p: int(p.name.split("-")[-1]))) if complete else None
 

@@ -113,6 +113,8 @@ def test_a_killed_launch_resumes_on_both_ranks_and_ends_with_the_uninterrupted_w
     assert resumed_from is not None and not (tmp_path / "model.safetensors").exists()
     done_before = int(resumed_from.rsplit("-", 1)[1])
     assert 2 <= done_before < STEPS
+    # Each rank restores its own sampling: a checkpoint is whole only with every rank's RNG state.
+    assert all((Path(resumed_from) / f"rng_state_{rank}.pth").exists() for rank in range(RANKS))
 
     logged_before = [len(rows) for rows in rank_rows(tmp_path)]
     second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
