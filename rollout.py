@@ -208,9 +208,9 @@ class EpisodeRunner:
         try:
             return self._loop.run_until_complete(self._run(specs, policy, max_context_tokens))
         except EnvironmentFailure as failure:
+            if failure.server is not None:  # first: restarting a server of this run ends its sockets, hung ones too,
+                self.servers.take_out(failure.server)  # so that closing them does not wait out a handshake
             self._loop.run_until_complete(self._drop_sessions())
-            if failure.server is not None:
-                self.servers.take_out(failure.server)
             raise
 
     def run_until_played(
