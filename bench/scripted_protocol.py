@@ -1,0 +1,59 @@
+"""The scripted policy under BrowserGym's MiniWoB protocol, on the tasks that have plans (scripted_policy.PLANS):
+BrowserGym's own seeds and step limit for those tasks, played through evaluate.py's batching, runner and scoring.
+A policy that follows the plans solves every instance, so anything short of 100% is the protocol code scoring wrong
+(or the environment failing). It is the scripted row of docs/benchmark.md's comparison.
+
+    python bench/scripted_protocol.py            # 35 episodes, a minute or so on two cores
+    python bench/scripted_protocol.py --settle_ms 500   # with BrowserGym's wait before each observation
+"""
+
+import argparse
+import contextlib
+import sys
+import time
+
+from arguments import EnvArguments
+from env_client import open_server_pool
+from evaluate import EvalArguments, batches_keeping_tasks, episode_record, split_summaries, summarize, task_instances
+from metrics import grouped, setup_logging
+from rollout import EpisodeRunner
+from scripted_policy import PLANS, following_plans
+from tiny_lfm2 import build_tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settle_ms", type=int, default=None, help="the wait before observing (default: server's)")
+    parser.add_argument("--batch_size", type=int, default=16)
+    args = parser.parse_args()
+    instances, max_steps = task_instances(EvalArguments(model="scripted", benchmark="miniwob"), EnvArguments())
+    planned = [(task, seed) for task, seed in instances if task in PLANS]
+    env = EnvArguments(env_servers=1, max_turns=max_steps, settle_ms=args.settle_ms)
+    tokenizer = build_tokenizer()  # the policy writes its actions as tokens, as a model would
+    start = time.perf_counter()
+    records = []
+    with contextlib.ExitStack() as stack:
+        runner = EpisodeRunner(open_server_pool(stack, env, max_sessions=args.batch_size), tokenizer, env)
+        stack.callback(runner.close)
+        for batch in batches_keeping_tasks(planned, args.batch_size):
+            played = runner.run_until_played(batch, following_plans(tokenizer), None, max_failures=3)
+            records += [episode_record(episode) for episode in played]
+    seconds = time.perf_counter() - start
+    overall = summarize(records)
+    print(f"\nthe scripted policy under BrowserGym's miniwob protocol: {len(PLANS)} planned tasks, their seeds")
+    print(f"(at most {max_steps} steps, settle_ms {env.settle_ms if env.settle_ms is not None else 'of the server'}):")
+    print(f"  all   {overall['solved']}/{overall['episodes']} solved")
+    for split, summary in split_summaries(records).items():
+        print(f"  {split:<5} {summary['solved']}/{summary['episodes']} solved")
+    for task, of_task in grouped(records, lambda r: r["task_name"]).items():
+        seeds = [r["seed"] for r in of_task]
+        print(f"    {task:<16} {sum(r['success'] for r in of_task)}/{len(of_task)}  seeds {seeds}")
+    print(f"  {len(records) / seconds:.2f} episodes/s")
+    unsolved = [(r["task_name"], r["seed"], r["actions"], r["last_error"]) for r in records if not r["success"]]
+    if unsolved:
+        sys.exit(f"{len(unsolved)} planned episodes unsolved: {unsolved}")
+
+
+if __name__ == "__main__":
+    setup_logging()
+    main()
