@@ -13,7 +13,7 @@ from trl import get_peft_config
 import train
 from generation import missing_model
 from helpers import ROOT, parse_config
-from tasks import PRESETS
+from tasks import PRESETS, preset_tasks
 from tiny_lfm2 import build_tokenizer
 from train import ConfigError, parse_args, seed_dataset
 
@@ -206,3 +206,10 @@ def test_a_model_path_that_does_not_exist_is_named_with_how_to_make_it(tmp_path)
     assert "`make smoke` the smoke run's start (.cache/smoke-start)" in missing_model(".cache/smoke-start-not-built")
     assert missing_model("LiquidAI/LFM2-350M") is None  # a hub id: loading finds out
     assert missing_model(str(tmp_path)) is None
+
+
+def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_curriculum():
+    env_args, rollout_args, training_args, _ = parse_config("configs/browsergym_train.yaml")
+    assert sorted(env_args.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(env_args.tasks) == 1
+    assert len(env_args.task_weights()) == 62 and rollout_args.curriculum is True
+    assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0
