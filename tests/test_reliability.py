@@ -11,7 +11,6 @@ import sys
 import pytest
 
 import env_client
-import env_server
 import train
 from env_client import free_port
 from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
@@ -140,9 +139,12 @@ def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp
 
 def test_a_server_whose_parent_died_is_gone_even_when_its_shutdown_hangs():
     # The server stand-in ignores SIGTERM, as a server whose graceful shutdown waits on a browser call that
-    # never returns in effect does; its parent is killed without a chance to stop it.
+    # never returns in effect does; its parent is killed without a chance to stop it. Its grace is a second
+    # rather than the server's ten, so that the test does not wait them out.
+    grace_s = 1.0
     server = (
         f"import os, signal, sys; parent = os.getppid(); sys.path.insert(0, {str(ROOT)!r}); import env_server; "
+        f"env_server.SHUTDOWN_GRACE_S = {grace_s}; "
         "signal.signal(signal.SIGTERM, signal.SIG_IGN); env_server.exit_with_parent(parent); "
         "print('watching', flush=True); signal.pause()"
     )
@@ -157,4 +159,4 @@ def test_a_server_whose_parent_died_is_gone_even_when_its_shutdown_hangs():
     starter.kill()
     starter.wait()
     assert alive(server_pid)
-    assert wait_for(lambda: not alive(server_pid), timeout_s=env_server.SHUTDOWN_GRACE_S + 10)
+    assert wait_for(lambda: not alive(server_pid), timeout_s=grace_s + 10)
