@@ -32,7 +32,6 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import ConcurrencyConfig
 from transformers import Lfm2Config, Lfm2ForCausalLM, TrainerCallback
 
-import train
 from env_client import free_port
 from env_protocol import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from metrics import with_training_time
@@ -127,6 +126,8 @@ class StepTimes(TrainerCallback):
 
 def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> dict:
     """One setup ("full" or "lora", "+vllm" for vLLM) in this process: train `steps` steps, return its figures."""
+    import train  # here, in each setup's process: the process that starts them has no use for TRL's import
+
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch:
         model = build_policy(Path(scratch) / "model", tiny)
