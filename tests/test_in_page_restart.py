@@ -1,13 +1,14 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
 every MiniWoB task restarts so but those miniwob_env.LOADED_AFRESH lists, each with its reason. The environment runs
-in this process, as bench/restarts.py runs it: sessions that restart whenever they can, and one that loads every
-episode, on two browsers.
+in this process, as bench/restarts.py runs it: sessions that restart whenever they can, and ones that load every
+episode, on four browsers.
 
 The comparison over every task (one seed each, click-test three) and the aged pages (the recipe's page-reading tasks
 among them, five compared restarts each) run in the slow tier; BROWSER_RL_RESTART_SEEDS=6 plays six seeds of every
 task."""
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -25,7 +26,10 @@ AGING_EPISODES = 15
 
 @pytest.fixture(scope="module")
 def pool():
-    return restarts.browsers()
+    """Four browsers, so that the slow tier's two task sequences each get a pair of their own: a browser runs one
+    call at a time, and what these tests wait on is mostly an action that waits out BrowserGym's timeout on an
+    element the page refuses it."""
+    return restarts.browsers(4)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +44,6 @@ def restarting(pool):
         yield session
 
 
-@pytest.fixture(scope="module")
-def restarting_every_task(pool):
-    """One restarting session that goes from task to task, as a trainer's does, in one browser context: a new
-    context per task would cost a third of a second each and compare nothing more."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(miniwob_env, "CONTEXT_EPISODES", 1_000_000)
-        with restarts.new_session(pool) as session:
-            yield session
-
-
 def reset(session, task: str, seed: int) -> dict:
     return session.reset(task_name=task, seed=seed, fields=restarts.FIELDS).metadata
 
@@ -58,30 +52,68 @@ def evaluate(session, script: str):
     return session._worker.call(session._page.evaluate, script)
 
 
+def side_by_side(tasks: list[str], play_in_order) -> dict:
+    """`play_in_order(tasks)` on every other task and on the rest, in two threads (its results by task, merged):
+    the tasks take about half the time, and each sequence plays its tasks in a fixed order."""
+    with ThreadPoolExecutor(max_workers=2) as running:
+        halves = running.map(play_in_order, [tasks[0::2], tasks[1::2]])
+        return {task: result for half in halves for task, result in half.items()}
+
+
+def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
+    """For each task in turn, in one restarting session that goes from task to task, as a trainer's does (so that
+    the episode left before the first compared one loads the task's page), and one loading session: the
+    reset metadata of each seed played (SEEDS, click-test three), and for a restart, the restarted and loaded
+    episodes. One browser context for all: a new one per task would cost a third of a second and compare nothing
+    more."""
+    results = {}
+    with restarts.new_session(pool) as restarting, restarts.new_session(pool, reload_every=1) as loading:
+        for task in tasks:
+            results[task] = []
+            place = sorted(TASK_CLASSES).index(task)
+            for n, seed in enumerate(range(11, 11 + max(SEEDS, 3 if task == "click-test" else 1))):
+                before = restarts.BEFORE[(place + n) % len(restarts.BEFORE)]
+                if task in LOADED_AFRESH:  # never restarted, so there is no restart to compare
+                    restarts.leave(restarting, task, seed + 1000, before)
+                    results[task].append((seed, before, reset(restarting, task, seed), None, None))
+                    continue
+                compared = restarts.restarted_and_loaded(restarting, loading, task, seed, before, right=n % 2 == 0)
+                results[task].append((seed, before, *compared))
+    return results
+
+
+@pytest.fixture(scope="module")
+def every_task_compared(pool):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(miniwob_env, "CONTEXT_EPISODES", 1_000_000)
+        return side_by_side(sorted(TASK_CLASSES), lambda tasks: restarts_compared(pool, tasks))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(TASK_CLASSES))
 def test_every_task_but_those_listed_restarts_in_the_page_into_the_episode_a_fresh_load_gives(
-    restarting_every_task, loading, task
+    every_task_compared, task
 ):
-    place = sorted(TASK_CLASSES).index(task)
-    # The session's page holds another task: the episode left before the first compared one loads this task's page.
-    for n, seed in enumerate(range(11, 11 + max(SEEDS, 3 if task == "click-test" else 1))):
-        before = restarts.BEFORE[(place + n) % len(restarts.BEFORE)]
-        if task in LOADED_AFRESH:  # never restarted, so there is no restart to compare
-            restarts.leave(restarting_every_task, task, seed + 1000, before)
-            assert reset(restarting_every_task, task, seed)["loaded_because"].startswith("listed in LOADED_AFRESH")
+    for seed, before, metadata, episode, reference in every_task_compared[task]:
+        if task in LOADED_AFRESH:
+            assert metadata["loaded_because"].startswith("listed in LOADED_AFRESH")
             continue
-        metadata, episode, reference = restarts.restarted_and_loaded(
-            restarting_every_task, loading, task, seed, before, right=n % 2 == 0
-        )
         assert metadata["restarted_in_page"], (task, seed, before, metadata)
         assert episode == reference, (task, seed, before, restarts.first_difference(episode, reference))
 
 
+@pytest.fixture(scope="module")
+def aged_and_compared(pool):
+    def age(tasks: list[str]) -> dict:
+        return {task: restarts.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1) for task in tasks}
+
+    return side_by_side(AGED + PRESETS["page-reading"], age)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", AGED + PRESETS["page-reading"])
-def test_an_old_roughed_up_page_restarts_into_the_episode_a_fresh_load_gives(pool, task):
-    result = restarts.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1)
+def test_an_old_roughed_up_page_restarts_into_the_episode_a_fresh_load_gives(aged_and_compared, task):
+    result = aged_and_compared[task]
     assert result["differences"] == [] and result["fresh_loads_differ"] == [], result
     if task not in LOADED_AFRESH:  # the comparison compared restarted pages, not only fresh loads
         assert result["compared_restarts"] >= 1, result
