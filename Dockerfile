@@ -9,14 +9,14 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends chromium fonts-liberation \
     && rm -rf /var/lib/apt/lists/*
 
-# What env_server.py, miniwob_env.py, browser_setup.py and actions.py import
+# What env_server.py, miniwob_env.py, page_actions.py, browser_setup.py and actions.py import
 # (tests/test_dockerfile.py keeps this list complete).
 RUN pip install --no-cache-dir "openenv>=0.10,<0.11" "browsergym-miniwob>=0.14" "miniwob>=1.0" \
     "playwright" "psutil" "pydantic>=2" "uvicorn>=0.30"
 
 RUN useradd --create-home env
 WORKDIR /app
-COPY actions.py browser_setup.py env_protocol.py env_server.py miniwob_env.py ./
+COPY actions.py browser_setup.py env_protocol.py env_server.py miniwob_env.py page_actions.py ./
 USER env
 
 EXPOSE 8000

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
 
-from browsergym.core.action.base import execute_python_code
 from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
 from browsergym.core.observation import (
     MarkingError,
@@ -28,8 +27,8 @@ from openenv.core.env_server.interfaces import Environment
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
-from actions import action_code
 from env_protocol import DEFAULT_TASK, MAX_SEED, MAX_SETTLE_MS, BrowserGymAction, BrowserGymObservation, BrowserGymState
+from page_actions import run_action
 
 CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
 # The observation's fields a client can ask for at reset; screenshots come only with `screenshot=True`.
@@ -456,8 +455,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
 
     def _step(self, action_str: str) -> BrowserGymObservation:
         try:
-            code = action_code(action_str)
-            execute_python_code(code, self._page, send_message_to_user=None, report_infeasible_instructions=None)
+            run_action(self._page, action_str)
             error = ""
         except Exception as e:  # the action failed, not the server: the model reads why and tries again
             error = f"{type(e).__name__}: {e}"

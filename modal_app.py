@@ -53,6 +53,7 @@ LOCAL_MODULES = (
     "actions",
     "env_server",
     "miniwob_env",
+    "page_actions",
     "browser_setup",
 )
 DOCKERFILE = "Dockerfile"
