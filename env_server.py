@@ -88,6 +88,7 @@ def build_app(args: argparse.Namespace, token: str | None):
         screenshots=args.screenshots,
         settle_ms=args.settle_ms,
         reload_every=args.reload_every,
+        browsergym_actions=args.browsergym_actions,
     )
     # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
     sessions = ConcurrencyConfig(max_concurrent_envs=args.max_sessions, session_timeout=args.idle_timeout_s or None)
@@ -151,6 +152,11 @@ def main() -> None:
         type=int,
         default=RELOAD_EVERY,
         help="load a task's page afresh every N episodes, restarting the episodes between in the page (1: every time)",
+    )
+    parser.add_argument(
+        "--browsergym-actions",
+        action="store_true",
+        help="run every action with BrowserGym's own code, not page_actions.py's shorter path (slower; to compare)",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

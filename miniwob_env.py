@@ -84,13 +84,23 @@ TASK_CLASSES = {task.get_task_id().removeprefix("miniwob."): task for task in AL
 class OneDevToolsSession:
     """A page as BrowserGym's extraction functions see it, except that the DevTools session each of them opens is the
     page's one session, which their `detach()` leaves open: opening and detaching one costs two round trips to the
-    browser, and an observation opened three."""
+    browser, and an observation opened three. And the frame tree, which BrowserGym asks for at every observation to
+    find the frames whose accessibility trees it reads, is the main frame alone while the page has no other frame
+    (Playwright knows its frames without asking): its id, the page's own for the page's life, is asked for once."""
 
     def __init__(self, page):
         self._page = page
-        session = page.context.new_cdp_session(page)
-        kept = SimpleNamespace(send=session.send, detach=lambda: None)
+        self._session = page.context.new_cdp_session(page)
+        self._main_frame_id = None
+        kept = SimpleNamespace(send=self._send, detach=lambda: None)
         self.context = SimpleNamespace(new_cdp_session=lambda page: kept)
+
+    def _send(self, method: str, params: dict | None = None) -> dict:
+        if method != "Page.getFrameTree" or len(self._page.frames) > 1:
+            return self._session.send(method, params)
+        if self._main_frame_id is None:
+            self._main_frame_id = self._session.send(method, params)["frameTree"]["frame"]["id"]
+        return {"frameTree": {"frame": {"id": self._main_frame_id}}}
 
     def __getattr__(self, name: str):
         return getattr(self._page, name)
@@ -325,7 +335,8 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     compare restarts with fresh loads of the same seed over every task, on young and on aged pages. The observation
     is taken once the page is ready (after `settle_ms`, 0 by default, for tasks that animate; a client may pick its
     own at reset), with the fields a client asked for at reset (all by default). The task, its goal, the actions,
-    their execution, the observation and the reward are BrowserGym's own.
+    their execution, the observation and the reward are BrowserGym's own; the common actions run in fewer round trips
+    with the same outcome (page_actions.py), or with BrowserGym's code alone where `browsergym_actions` is set.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -337,6 +348,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         screenshots: bool = False,
         settle_ms: int = 0,
         reload_every: int = RELOAD_EVERY,
+        browsergym_actions: bool = False,
     ):
         super().__init__()
         self._pool = pool
@@ -345,6 +357,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._screenshots = screenshots
         self._default_settle_ms = self._settle_ms = settle_ms
         self._reload_every = reload_every
+        self._short_path = not browsergym_actions
         self._fields = frozenset(OBSERVATION_FIELDS)
         self._context = None
         self._timeout = None
@@ -455,7 +468,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
 
     def _step(self, action_str: str) -> BrowserGymObservation:
         try:
-            run_action(self._page, action_str)
+            run_action(self._page, action_str, self._short_path)
             error = ""
         except Exception as e:  # the action failed, not the server: the model reads why and tries again
             error = f"{type(e).__name__}: {e}"

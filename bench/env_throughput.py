@@ -3,14 +3,17 @@
     python bench/env_throughput.py                         # 40 stock episodes, 200 server episodes per setup
     python bench/env_throughput.py --stock-episodes 20 --episodes 400
 
-Two workloads: click-test (a reset and a click on the button, checked to solve it), and the page-reading mix (the
-six page-reading tasks, each played by its scripted plan's right actions, up to three). The mix is played as the
-trainer plays it: groups of 4 episodes of one task instance, each group's task drawn at random. Setups:
+Three workloads: click-test (a reset and a click on the button, checked to solve it), the page-reading mix (the
+six page-reading tasks, each played by its scripted plan's right actions, up to three), and login-user (two fills
+and a click). Episodes are played as the trainer plays them: groups of 4 episodes of one task instance, each group's
+task drawn at random. Setups:
 - the stock BrowserGym loop: gymnasium environments, one episode after another;
-- env_server.py loading every episode's page afresh (`--reload-every 1`, as before in-page restarts), and
-  restarting episodes in the page (the default), each with 1 and with 8 sessions, driven by the recipe's own
-  rollout code (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
-- env_server.py driven by OpenEnv's generic client, which asks for every field, one session.
+- env_server.py loading every episode's page afresh (`--reload-every 1`, as before in-page restarts), restarting
+  episodes in the page with BrowserGym's code for every action (`--browsergym-actions`, as before page_actions.py),
+  and as it runs by default, each with 1 and with 8 sessions, driven by the recipe's own rollout code
+  (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
+- env_server.py driven by OpenEnv's generic client, which asks for every field, one session, with BrowserGym's code
+  for every action and by default.
 CPU is the whole machine's (the client's Python, the server, every Chromium process), so run it on an otherwise idle
 machine; it prints CPU-seconds and wall seconds per episode for each setup, and each against the stock loop.
 """
@@ -35,7 +38,7 @@ from scripted_policy import following_plans, plan
 from tasks import PRESETS
 from tiny_lfm2 import build_tokenizer
 
-MIX = PRESETS["page-reading"]
+WORKLOADS = {"click-test": ["click-test"], "mix": PRESETS["page-reading"], "login-user": ["login-user"]}
 GROUP = 4  # episodes per task instance, as num_generations
 STOCK_THREAD = ThreadPoolExecutor(max_workers=1)
 
@@ -57,9 +60,7 @@ def measure(episodes: int, run: Callable[[], None], server: str | None = None) -
 def instances(workload: str, episodes: int, first_seed: int) -> list[tuple[str, int]]:
     """(task, seed) of each episode: groups of GROUP episodes of one instance, as a GRPO step plays them."""
     rng = random.Random(first_seed)
-    groups = [
-        (rng.choice(MIX) if workload == "mix" else "click-test", first_seed + g) for g in range(episodes // GROUP)
-    ]
+    groups = [(rng.choice(WORKLOADS[workload]), first_seed + g) for g in range(episodes // GROUP)]
     return [group for group in groups for _ in range(GROUP)]
 
 
@@ -92,13 +93,14 @@ def runner_loop(runner: EpisodeRunner, workload: str, sessions: int, episodes: i
         assert all(episode.solved for episode in played), [(e.task_name, e.seed) for e in played]
 
 
-def generic_client_loop(url: str, episodes: int, first_seed: int) -> None:
+def generic_client_loop(url: str, workload: str, episodes: int, first_seed: int) -> None:
     """OpenEnv's own client, as any OpenEnv user's code would drive the server: it asks for every field."""
     with GenericEnvClient(base_url=url).sync() as client:
-        for task, seed in instances("click-test", episodes, first_seed):
+        for task, seed in instances(workload, episodes, first_seed):
             observation = client.reset(task_name=task, seed=seed).observation
-            (action,) = plan(task, observation["goal"], observation["axtree_txt"]).right
-            assert client.step({"action_str": action}).reward == 1.0
+            for action in plan(task, observation["goal"], observation["axtree_txt"]).right:
+                result = client.step({"action_str": action})
+            assert result.reward == 1.0, (task, seed)
 
 
 def main() -> None:
@@ -109,36 +111,37 @@ def main() -> None:
     browser_setup.use_packaged_miniwob_pages()
     browser_setup.ensure_chromium()
     tokenizer, rows = build_tokenizer(), []
-    for workload in ("click-test", "mix"):
+    for workload in WORKLOADS:
         stock_loop(workload, GROUP, first_seed=10_000)  # warm-up: imports, the first browsers
         run = lambda w=workload: stock_loop(w, args.stock_episodes, 0)  # noqa: E731
         rows.append((workload, "stock BrowserGym loop", measure(args.stock_episodes, run)))
-    for reload_every, name in (
-        (1, "env_server, page loaded every episode"),
-        (None, "env_server, restarts in the page"),
+    for server_args, name in (
+        (["--reload-every", "1", "--browsergym-actions"], "env_server, page loaded every episode"),
+        (["--browsergym-actions"], "env_server, restarts in the page, BrowserGym's actions"),
+        ([], "env_server, restarts in the page"),
     ):
-        server_args = ["--reload-every", str(reload_every)] if reload_every else []
         with LocalEnvServer(max_sessions=8, server_args=server_args) as server:
-            for workload in ("click-test", "mix"):
+            for workload in WORKLOADS:
                 for sessions in (1, 8):  # sessions live on from batch to batch, as in a run
                     runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EnvArguments(max_turns=3))
                     runner_loop(runner, workload, sessions, 8 * GROUP, 20_000)  # warm-up: contexts, pages
                     run = lambda r=runner, w=workload, s=sessions: runner_loop(r, w, s, args.episodes, 0)  # noqa: E731
                     rows.append((workload, f"{name}, {sessions} session(s)", measure(args.episodes, run, server.url)))
                     runner.close()
-            if reload_every is None:
-                generic_client_loop(server.url, 8, first_seed=30_000)
-                run = lambda: generic_client_loop(server.url, args.episodes, 0)  # noqa: E731
-                rows.append(
-                    ("click-test", f"{name}, 1 session, OpenEnv's client", measure(args.episodes, run, server.url))
-                )
+            if "--reload-every" not in server_args:
+                for workload in ("click-test", "login-user"):
+                    generic_client_loop(server.url, workload, 8, first_seed=30_000)
+                    run = lambda w=workload: generic_client_loop(server.url, w, args.episodes, 0)  # noqa: E731
+                    rows.append(
+                        (workload, f"{name}, 1 session, OpenEnv's client", measure(args.episodes, run, server.url))
+                    )
     stock = {workload: cpu for workload, name, (cpu, _, _) in rows if name.startswith("stock")}
     print(f"\nPer episode, on {os.cpu_count()} CPUs: the whole machine's CPU-seconds (client, server, every Chromium")
     print("process), the server's own (it and its browsers), wall seconds, and the stock loop's CPU over this one's:\n")
-    print(f"{'workload':<12}{'setup':<66}{'CPU-s':>8}{'server':>8}{'wall s':>8}{'stock / this':>14}")
-    for workload, name, (cpu, server_cpu, wall) in rows:
+    print(f"{'workload':<12}{'setup':<82}{'CPU-s':>8}{'server':>8}{'wall s':>8}{'stock / this':>14}")
+    for workload, name, (cpu, server_cpu, wall) in sorted(rows, key=lambda row: list(WORKLOADS).index(row[0])):
         server_cell = "-" if server_cpu is None else f"{server_cpu:.3f}"
-        print(f"{workload:<12}{name:<66}{cpu:>8.3f}{server_cell:>8}{wall:>8.3f}{stock[workload] / cpu:>13.1f}x")
+        print(f"{workload:<12}{name:<82}{cpu:>8.3f}{server_cell:>8}{wall:>8.3f}{stock[workload] / cpu:>13.1f}x")
 
 
 if __name__ == "__main__":

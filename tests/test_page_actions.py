@@ -12,8 +12,10 @@ from browsergym.core.action.base import execute_python_code
 import browser_setup
 import page_actions
 from actions import action_code
-from miniwob_env import BrowserWorker
+from env_protocol import BrowserGymAction
+from miniwob_env import BrowserPool, BrowserWorker, MiniWoBEnvironment
 from page_actions import run_action
+from scripted_policy import plan
 
 PAGE = (Path(__file__).parent / "pages" / "actions.html").resolve().as_uri()
 # What the page shows of an action's outcome: the events it saw (with isTrusted), the focus, the scroll offsets and
@@ -22,7 +24,8 @@ PAGE_STATE = """() => ({
   seen: window.seen,
   focus: document.activeElement ? document.activeElement.id : null,
   scroll: [scrollX, scrollY, ...["scroller", "clipper"].map((id) => document.getElementById(id).scrollTop)],
-  values: [...document.querySelectorAll("input, select")].map((e) => e.type === "checkbox" ? e.checked : e.value),
+  values: [...document.querySelectorAll("input, select, textarea")].map((e) => e.type === "checkbox" ? e.checked
+    : e.value),
 })"""
 
 # Each case: the actions played in order on a fresh page, whether the page refuses one of them (an error), and the
@@ -64,6 +67,14 @@ CASES = {
     "fill: disabled input": (["fill('20', 'hello')"], True),
     "fill: read-only input": (["fill('21', 'hello')"], True),
     "fill: a button": (["fill('2', 'hello')"], True),
+    "fill: text area": (["fill('29', 'two\\nlines')"], False),
+    "fill: empty value": (["fill('19', 'hello')", "fill('19', '')"], False),
+    "fill: number input, a number": (["fill('30', '42')"], False),
+    "fill: number input, not a number": (["fill('30', 'many')"], True),
+    "fill: date input": (["fill('34', '2026-11-26')"], False),
+    "fill: label of an input": (["fill('31', 'hello')"], False),
+    "fill: display none": (["fill('33', 'hello')"], True),
+    "fill: no size": (["fill('35', 'hello')"], True),
     "clear: filled input": (["fill('19', 'hello')", "clear('19')"], False),
     "clear: disabled input": (["clear('20')"], True),
     "press: text input": (["press('19', 'a')"], False),
@@ -141,6 +152,10 @@ def outcomes(browsers):
     return outcomes
 
 
+def refuse(*args, **kwargs):
+    raise AssertionError("the other path ran")
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_every_action_on_a_page_that_refuses_it_ends_as_in_browsergym(outcomes, case):
     ours, browsergym = outcomes["ours"][case], outcomes["browsergym"][case]
@@ -150,12 +165,29 @@ def test_every_action_on_a_page_that_refuses_it_ends_as_in_browsergym(outcomes, 
 
 
 def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("BrowserGym's code ran for an action the short path serves")
-
     monkeypatch.setattr(page_actions, "execute_python_code", refuse)
-    for action, target in [("click('2')", "plain"), ("dblclick('10')", "inner"), ("hover('11')", "growing")]:
+    for action, seen in [
+        ("click('2')", "mousemove plain true"),
+        ("dblclick('10')", "dblclick inner true"),
+        ("hover('11')", "mousemove growing true"),
+        ("fill('19', 'typed')", "input text true"),
+        ("fill('29', 'typed')", "input notes true"),
+    ]:
         errors, state = browsers[0].play_all(run_action, {action: ([action],)})[action]
         assert errors == [""]
         assert state["seen"] and all(event.endswith(" true") for event in state["seen"]), state
-        assert f"mousemove {target} true" in state["seen"]
+        assert seen in state["seen"]
+
+
+@pytest.mark.parametrize("browsergym_actions", [False, True], ids=["short path", "--browsergym-actions"])
+def test_the_environment_takes_the_short_path_unless_told_to_run_browsergym_code(monkeypatch, browsergym_actions):
+    the_other_path = "acted_in_few_round_trips" if browsergym_actions else "execute_python_code"
+    monkeypatch.setattr(page_actions, the_other_path, refuse)
+    session = MiniWoBEnvironment(BrowserPool(1), browsergym_actions=browsergym_actions)
+    try:
+        observation = session.reset(task_name="click-test", seed=3)
+        (click,) = plan("click-test", observation.goal, observation.axtree_txt).right
+        result = session.step(BrowserGymAction(action_str=click))
+        assert (result.error, result.reward, result.done) == ("", 1.0, True)
+    finally:
+        session.close()
