@@ -88,6 +88,7 @@ ELEMENT_CHECK = """async ([bid, action, events]) => {
     return hit !== null && target.contains(hit);
   };
   if (!hits(x, y)) return null;
+  if (window.__pointerActionVerdict) window.__pointerActionVerdict();  // an action whose verdict was never read
   let verdict;
   const listener = (event) => {
     if (!events.includes(event.type) || !event.isTrusted) return;

@@ -191,3 +191,13 @@ def test_the_environment_takes_the_short_path_unless_told_to_run_browsergym_code
         assert (result.error, result.reward, result.done) == ("", 1.0, True)
     finally:
         session.close()
+
+
+def test_a_check_whose_verdict_was_never_read_does_not_stop_the_next_action(browsers):
+    def check_without_input_then_act(page, action):
+        page.evaluate(page_actions.ELEMENT_CHECK, ["2", "click", page_actions.MOUSE_EVENTS])  # as if the input failed
+        run_action(page, action)
+
+    errors, state = browsers[0].play_all(check_without_input_then_act, {"click": (["click('19')"],)})["click"]
+    assert errors == [""]
+    assert "mousedown text true" in state["seen"] and state["focus"] == "text"
