@@ -16,14 +16,13 @@ import re
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
-from browsergym.core.action.base import execute_python_code
 from env_profile import KINDS, cpu_by_kind
 from playwright._impl._connection import Connection
 
 import browser_setup
-from actions import action_code
 from miniwob_env import BrowserWorker
 from page_actions import run_action
 
@@ -44,11 +43,8 @@ ACTIONS = {
 }
 
 
-def browsergym_code(page, action: str) -> None:
-    execute_python_code(action_code(action), page, send_message_to_user=None, report_infeasible_instructions=None)
-
-
-PATHS = {"BrowserGym's code": browsergym_code, "run_action": run_action}
+# BrowserGym's code is run_action without its short path, as the server runs it with --browsergym-actions.
+PATHS = {"BrowserGym's code": partial(run_action, short_path=False), "run_action": run_action}
 
 
 class CountedCalls:
