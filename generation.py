@@ -28,6 +28,12 @@ class Reply:
     ended: bool
 
 
+def written(tokenizer, text: str) -> Reply:
+    """`text` as a reply the policy wrote and ended: what a scripted policy or a demonstration replies."""
+    ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    return Reply(ids, [0.0] * len(ids), ended=True)
+
+
 # Token ids of the contexts to continue -> one sampled reply per context.
 GenerateFn = Callable[[list[list[int]]], list[Reply]]
 

@@ -48,6 +48,9 @@ class Episode:
     restarted_in_page: bool | None = None  # whether the server restarted it in a loaded page (None: not said)
     first_observation: BrowserGymObservation | None = None
     observation: BrowserGymObservation | None = None
+    pages: list[str] = field(default_factory=list)  # each page the policy was shown, as the server sent it
+    errors: list[str] = field(default_factory=list)  # each turn's action error ("" if none, or if no action)
+    ended: list[bool] = field(default_factory=list)  # whether each reply ended, rather than being cut off
 
     @property
     def turns(self) -> int:
@@ -85,11 +88,54 @@ class Episode:
 
     def end_out_of_context(self) -> None:
         """Ends the episode unsolved, without the environment's message that no reply will answer."""
+        if self.env_mask and self.env_mask[-1] == 0:
+            self.pages.pop()
         while self.env_mask and self.env_mask[-1] == 0:
             self.completion_ids.pop()
             self.env_mask.pop()
             self.logprobs.pop()
         self.out_of_context = True
+
+
+# How an episode's tokens are built, one call per event, by the live loop below and by demonstrations.py from a
+# recorded episode alike: a demonstration renders token for token as the episode that played it.
+def begin(episode: Episode, chat: ChatTurns, observation: BrowserGymObservation) -> None:
+    """The episode's first page, and the prompt it makes."""
+    episode.first_observation = episode.observation = observation
+    episode.pages.append(observation.axtree_txt)
+    episode.prompt_ids = chat.first_prompt(observation)
+
+
+def add_reply(episode: Episode, chat: ChatTurns, reply: Reply) -> str | None:
+    """The policy's reply, and the action it asks for: None when it has none, or when it was cut off by the length
+    limit (even if it began with an action: otherwise the policy is rewarded for never ending its replies)."""
+    text = chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
+    action = parse_action(text) if reply.ended else None
+    episode.add_reply(reply.ids, reply.logprobs)
+    episode.replies.append(text)
+    episode.actions.append(action)
+    episode.ended.append(reply.ended)
+    return action
+
+
+def add_outcome(
+    episode: Episode,
+    chat: ChatTurns,
+    reply: Reply,
+    observation: BrowserGymObservation,
+    done: bool,
+    reward: float,
+    more_turns: bool,
+) -> None:
+    """What the last reply's action led to (the page after it: the same page if it had no action), and, if the
+    episode goes on, the message that shows it to the policy."""
+    action = episode.actions[-1]
+    episode.observation, episode.done, episode.env_reward = observation, done, reward
+    episode.errors.append(observation.error if action is not None else "")
+    if not done and more_turns:
+        outcome = feedback(episode.turns - 1, action, observation, cut_off=not reply.ended)
+        episode.add_environment(chat.next_turn(reply.ids, chat.observation_message(observation, outcome)))
+        episode.pages.append(observation.axtree_txt)
 
 
 # The episodes waiting for a reply -> one reply each. A model's policy continues their token contexts
@@ -286,10 +332,9 @@ class EpisodeRunner:
             if self.env.settle_ms is not None:  # unset: the server's own
                 options["settle_ms"] = self.env.settle_ms
             reset = client.reset(task_name=episode.task_name, seed=episode.seed, fields=OBSERVATION_FIELDS, **options)
-            episode.first_observation = episode.observation = (await self._environment(reset, server)).observation
+            begin(episode, self.chat, (await self._environment(reset, server)).observation)
             episode.restarted_in_page = episode.observation.metadata.get("restarted_in_page")
             self._page_task[client] = episode.task_name
-            episode.prompt_ids = self.chat.first_prompt(episode.observation)
             for turn in range(self.env.max_turns):
                 if episode.done or self._end_if_out_of_context(episode, max_context_tokens):
                     break
@@ -299,21 +344,12 @@ class EpisodeRunner:
             batcher.finished()
 
     async def _take_turn(self, episode: Episode, turn: int, reply: Reply, client: BrowserGymEnv, server: str) -> None:
-        text = self.chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
-        # A reply cut off by the length limit is not acted on, even if it began with an action: otherwise the policy
-        # is rewarded for never ending its replies.
-        action = parse_action(text) if reply.ended else None
-        episode.add_reply(reply.ids, reply.logprobs)
-        episode.replies.append(text)
-        episode.actions.append(action)
+        action = add_reply(episode, self.chat, reply)
+        observation, done, reward = episode.observation, False, 0.0
         if action is not None:
             result = await self._environment(client.step(BrowserGymAction(action_str=action)), server)
-            episode.observation, episode.done = result.observation, result.done
-            episode.env_reward = float(result.reward or 0.0)
-        if not episode.done and turn + 1 < self.env.max_turns:
-            outcome = feedback(turn, action, episode.observation, cut_off=not reply.ended)
-            message = self.chat.observation_message(episode.observation, outcome)
-            episode.add_environment(self.chat.next_turn(reply.ids, message))
+            observation, done, reward = result.observation, result.done, float(result.reward or 0.0)
+        add_outcome(episode, self.chat, reply, observation, done, reward, more_turns=turn + 1 < self.env.max_turns)
 
     def _end_if_out_of_context(self, episode: Episode, max_context_tokens: int | None) -> bool:
         if max_context_tokens is None or len(episode.context()) <= max_context_tokens:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from generation import Reply
+from generation import written
 from rollout import Episode, Policy
 
 
@@ -106,12 +106,6 @@ def plan_of(episode: Episode) -> Plan:
     """The plan of an episode's task instance, from the goal and the page it started on."""
     first = episode.first_observation
     return plan(episode.task_name, first.goal, first.axtree_txt)
-
-
-def written(tokenizer, action: str) -> Reply:
-    """`action` as a reply the policy wrote and ended."""
-    ids = tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]
-    return Reply(ids, [0.0] * len(ids), ended=True)
 
 
 def right_action(task_plan: Plan, step: int) -> str:

@@ -8,7 +8,7 @@ import torch
 import train
 from arguments import EnvArguments
 from env_client import ServerPool
-from generation import Reply
+from generation import Reply, written
 from helpers import (
     click_the_button,
     parse_config,
@@ -19,7 +19,7 @@ from helpers import (
     segments,
 )
 from rollout import EpisodeRunner
-from scripted_policy import following_plans, plan_of, written
+from scripted_policy import following_plans, plan_of
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
