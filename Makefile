@@ -47,10 +47,11 @@ chromium: $(VENV)/installed
 .cache/tiny-lfm2/config.json: $(VENV)/installed tiny_lfm2.py
 	$(PY) tiny_lfm2.py --output .cache/tiny-lfm2
 
-# The smoke run's starting policy: the tiny model fine-tuned to write click-test actions, right one time in
-# four or so (warm_up.py). Built once, a minute on two cores.
-.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json warm_up.py scripted_policy.py rollout.py
-	$(PY) warm_up.py --base .cache/tiny-lfm2 --output .cache/smoke-start
+# The smoke run's starting policy: the tiny model fine-tuned on click-test episodes to write actions, right one time
+# in four or so (configs/warm_up/smoke.yaml). Built once, a minute on two cores.
+.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml warm_up.py demonstrations.py scripted_policy.py rollout.py
+	$(PY) demonstrations.py --tasks click-test --episodes 16 --replies one_right_of_eight --output .cache/smoke-start.jsonl
+	$(PY) warm_up.py --config configs/warm_up/smoke.yaml
 
 smoke: setup .cache/smoke-start/config.json
 	$(PY) train.py --config configs/smoke.yaml

@@ -1,7 +1,7 @@
 """The recipe's own options, beside TRL's GRPOConfig and ModelConfig: which tasks episodes play, on which servers,
 and what the policy sees of them (EnvArguments, shared by train.py and evaluate.py), and how train.py draws its
-task instances and recovers from failed servers (RolloutArguments). Each check here runs when a config is parsed,
-so that a mistake fails before a model is loaded."""
+task instances, recovers from failed servers and runs SFT phases (RolloutArguments). Each check here runs when a
+config is parsed, so that a mistake fails before a model is loaded."""
 
 import os
 from dataclasses import dataclass, field
@@ -83,7 +83,25 @@ class RolloutArguments:
         default=3, metadata={"help": "environment failures in a row before the run stops (each re-runs the step)"}
     )
 
+    sft_phase_steps: int = field(
+        default=0,
+        metadata={"help": "optimizer steps of each SFT phase on the run's own successes (sft_phases.py); 0: none"},
+    )
+    sft_phase_every: int = field(default=0, metadata={"help": "an SFT phase after every N GRPO steps; 0: never"})
+    sft_phase_entropy: float = field(
+        default=0.0, metadata={"help": "an SFT phase when a GRPO step's mean entropy falls below this; 0: never"}
+    )
+    success_buffer_size: int = field(
+        default=256, metadata={"help": "the latest successful episodes kept for the SFT phases"}
+    )
+
     def __post_init__(self):
+        if min(self.sft_phase_steps, self.sft_phase_every, self.sft_phase_entropy) < 0:
+            raise ValueError("sft_phase_steps, sft_phase_every and sft_phase_entropy must be 0 or more")
+        if self.sft_phase_steps and not (self.sft_phase_every or self.sft_phase_entropy):
+            raise ValueError("sft_phase_steps: set sft_phase_every or sft_phase_entropy to say when a phase runs")
+        if self.success_buffer_size <= 0:
+            raise ValueError(f"success_buffer_size must be positive, got {self.success_buffer_size}")
         if self.num_task_seeds <= 0:
             raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
         if self.max_env_failures < 0:

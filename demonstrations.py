@@ -17,6 +17,7 @@ tokens are those the policy would have seen and written had it played the episod
 the replies only, each reply ended by the end-of-turn token.
 
     python demonstrations.py --tasks enter-text login-user --episodes 100 --output demos.jsonl   # scripted experts
+    python demonstrations.py --tasks click-test --episodes 16 --replies one_right_of_eight --output weak.jsonl
 """
 
 import argparse
@@ -29,13 +30,15 @@ from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from arguments import EnvArguments
-from env_client import open_server_pool
+from env_client import ServerPool, open_server_pool
 from env_protocol import MINIWOB_TASKS, BrowserGymObservation
 from generation import Reply, written
 from metrics import setup_logging
 from prompts import ChatTurns
 from rewards import solved
 from rollout import Episode, EpisodeRunner, Policy, add_outcome, add_reply, begin
+from scripted_policy import PLANS, REPLY_MIXES, Replies, choosing, following_plans, plan
+from tiny_lfm2 import build_tokenizer
 
 log = logging.getLogger("demonstrations")
 
@@ -43,6 +46,7 @@ FORMAT_VERSION = 1
 # Seeds of recorded demonstrations start here: apart from training's (0 .. num_task_seeds - 1) and evaluation's
 # (evaluate.py: from 1,000,000), so that no evaluated instance was ever demonstrated.
 FIRST_SEED = 2_000_000
+MAX_TURNS = 10  # an expert's episode ends before this
 
 
 class Turn(BaseModel):
@@ -162,7 +166,7 @@ def sft_dataset(demonstrations: list[Demonstration], chat: ChatTurns, max_length
         if len(ids) > max_length:
             too_long.append(f"{demonstration.task} seed {demonstration.seed}: {len(ids)} tokens")
         rows["input_ids"].append(ids)
-        rows["completion_mask"].append([0] * len(episode.prompt_ids) + episode.env_mask)
+        rows["completion_mask"].append(episode.reply_mask())
     if too_long:
         raise DemonstrationsError(
             f"{len(too_long)} episode(s) longer than {max_length} tokens (lower max_page_chars or raise max_length): "
@@ -171,36 +175,57 @@ def sft_dataset(demonstrations: list[Demonstration], chat: ChatTurns, max_length
     return Dataset.from_dict(rows)
 
 
-def record(runner: EpisodeRunner, specs: list[tuple[str, int]], policy: Policy, batch: int = 16) -> list[Demonstration]:
+def record(
+    servers: ServerPool, tokenizer, specs: list[tuple[str, int]], policy: Policy, max_turns: int, batch: int = 16
+) -> list[Demonstration]:
     """Plays (task, seed) episodes with `policy`, `batch` sessions at a time, and keeps each as a demonstration."""
+    runner = EpisodeRunner(servers, tokenizer, EnvArguments(max_turns=max_turns, lockstep=True))
     demonstrations = []
-    for start in range(0, len(specs), batch):
-        episodes = runner.run_until_played(specs[start : start + batch], policy, None, max_failures=3)
-        demonstrations += [of_episode(episode) for episode in episodes]
-        log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
+    try:
+        for start in range(0, len(specs), batch):
+            episodes = runner.run_until_played(specs[start : start + batch], policy, None, max_failures=3)
+            demonstrations += [of_episode(episode) for episode in episodes]
+            log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
+    finally:
+        runner.close()
     return demonstrations
 
 
-def main() -> None:
-    from scripted_policy import PLANS, following_plans
-    from tiny_lfm2 import build_tokenizer
+def record_mix(servers: ServerPool, tokenizer, task: str, seeds: range, replies: Replies) -> list[Demonstration]:
+    """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
+    step of the plan and ends there, whether it solved the instance or not (load them with keep_failed)."""
+    specs = [(task, seed) for seed in seeds]
+    right = record(servers, tokenizer, specs, choosing(tokenizer, replies, 0), MAX_TURNS)
+    task_plan = plan(task, right[0].goal, right[0].turns[0].page)
+    steps, count = len(task_plan.right), len(replies(task_plan, 0))
+    mixed = [record(servers, tokenizer, specs, choosing(tokenizer, replies, j), steps) for j in range(1, count)]
+    return right + [demonstration for of_reply in mixed for demonstration in of_reply]
 
+
+def main() -> None:
     setup_logging()
     parser = argparse.ArgumentParser(description="Record demonstrations of MiniWoB tasks by the scripted experts.")
     parser.add_argument("--tasks", nargs="+", required=True, choices=sorted(PLANS), metavar="TASK")
-    parser.add_argument("--episodes", type=int, default=100, help="episodes per task, one seed each")
+    parser.add_argument("--episodes", type=int, default=100, help="seeds per task")
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
-    parser.add_argument("--max_turns", type=int, default=10)
+    parser.add_argument(
+        "--replies",
+        choices=sorted(REPLY_MIXES),
+        help="a weak start's mix of right and wrong replies, every episode kept (default: the experts' own)",
+    )
     parser.add_argument("--output", required=True, help="the JSON-lines file to write")
     args = parser.parse_args()
     # The experts write text and the file keeps text: any tokenizer carries the replies through the episode loop.
     tokenizer = build_tokenizer()
+    seeds = range(args.first_seed, args.first_seed + args.episodes)
     with contextlib.ExitStack() as stack:
         servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
-        runner = EpisodeRunner(servers, tokenizer, EnvArguments(max_turns=args.max_turns))
-        stack.callback(runner.close)
-        seeds = range(args.first_seed, args.first_seed + args.episodes)
-        demonstrations = record(runner, [(t, s) for t in args.tasks for s in seeds], following_plans(tokenizer))
+        if args.replies:
+            mix = REPLY_MIXES[args.replies]
+            demonstrations = [d for task in args.tasks for d in record_mix(servers, tokenizer, task, seeds, mix)]
+        else:
+            specs = [(task, seed) for task in args.tasks for seed in seeds]
+            demonstrations = record(servers, tokenizer, specs, following_plans(tokenizer), MAX_TURNS)
     save(demonstrations, args.output)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.output}")

@@ -142,7 +142,20 @@ class StepPrinter(TrainerCallback):
     rank alone, whose figures are every rank's."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or not logs or "reward" not in logs:
+        if not state.is_world_process_zero or not logs:
+            return
+        if "reward" not in logs and "sft_phase/loss" in logs:  # a step of an SFT phase (sft_phases.py)
+            log.info(
+                "step %d/%d | SFT phase %d on %d successful episodes | loss %.4f | entropy %.3f | lr %.2e",
+                state.global_step,
+                state.max_steps,
+                logs["sft_phase/number"],
+                logs["sft_phase/buffer"],
+                logs["sft_phase/loss"],
+                logs["sft_phase/entropy"],
+                logs.get("learning_rate", 0.0),
+            )
+        if "reward" not in logs:
             return
         logs = with_training_time(logs)
         log.info(

@@ -63,6 +63,10 @@ class Episode:
     def context(self) -> list[int]:
         return self.prompt_ids + self.completion_ids
 
+    def reply_mask(self) -> list[int]:
+        """1 on the context's reply tokens, 0 on the environment's: what a supervised loss is taken on."""
+        return [0] * len(self.prompt_ids) + self.env_mask
+
     def outcome(self) -> "Episode":
         """The episode as the step's figures read it (its task, actions and ending) without its tokens and
         observations: what ranks send each other."""

@@ -112,6 +112,47 @@ def right_action(task_plan: Plan, step: int) -> str:
     return task_plan.right[step]
 
 
+# An instance's plan and a step of it -> the replies to demonstrate there, the right one first. Mixing right replies
+# with wrong ones demonstrates a policy that writes actions but picks the right one only some of the time: a weak
+# start that GRPO can improve on (the smoke run's, the learning benchmark's, the tests').
+Replies = Callable[[Plan, int], list[str]]
+
+
+def right_only(plan: Plan, step: int) -> list[str]:
+    """The step's right action alone: a policy that does what the plan does, as far as it can learn it."""
+    return [plan.right[step]]
+
+
+def one_right_of_eight(plan: Plan, step: int) -> list[str]:
+    """For a one-click task: the right reply, six valid actions that leave it unsolved, one reply with no action.
+    The policy learns to write actions, and picks the right one about a quarter of the time."""
+    right = plan.right[step]
+    bid = right.removeprefix("click(").removesuffix(")")
+    wrong = [f"hover({bid})", f"focus({bid})", f"clear({bid})", "click('12')", "click('14')", "noop()"]
+    return [right, *wrong, "I will click the button."]
+
+
+def a_third_right(plan: Plan, step: int) -> list[str]:
+    """The step's right action and its valid wrong one, in the mix that solves a task about a third of the time
+    however many actions it takes: right one time in three for one action, one in two at each of two (a
+    quarter), two in three at each of three (0.30)."""
+    rights, wrongs = {1: (1, 2), 2: (1, 1)}.get(len(plan.right), (2, 1))
+    return [plan.right[step]] * rights + [plan.wrong[step]] * wrongs
+
+
+REPLY_MIXES: dict[str, Replies] = {f.__name__: f for f in (right_only, one_right_of_eight, a_third_right)}
+
+
+def choosing(tokenizer, replies: Replies, index: int) -> Policy:
+    """A policy that writes the `index`-th of `replies(plan, step)` at every step of the plan, and noop() past it
+    (an episode that left the plan's path goes on until its turns run out)."""
+
+    def choose(task_plan: Plan, step: int) -> str:
+        return replies(task_plan, step)[index] if step < len(task_plan.right) else "noop()"
+
+    return following_plans(tokenizer, choose)
+
+
 def following_plans(tokenizer, choose: Callable[[Plan, int], str] = right_action) -> Policy:
     """A policy that replies to each episode with `choose(its plan, the number of actions it has taken)`: by
     default the plan's right action, which solves the instance."""

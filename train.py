@@ -37,6 +37,7 @@ from generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missi
 from metrics import MetricsLog, StepPrinter, episode_metrics, episodes_by_task, same_reward_share, setup_logging
 from rewards import task_success
 from rollout import EnvironmentUnavailable, EpisodeRunner, sampling
+from sft_phases import SftPhases, reply_loss
 from tasks import TaskSampler
 
 log = logging.getLogger("train")
@@ -136,6 +137,9 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
             metrics["environment/cpu_s_per_episode"] = sum(environment_cpu) / len(environment_cpu)
         # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
         # these reach metrics.jsonl, the step line and any configured tracker alike.
+        if trainer.phases.enabled:  # every rank keeps every rank's successes, as they were played
+            trainer.phases.keep(gather_object([(e.context(), e.reply_mask()) for e in episodes if e.solved]))
+            metrics["sft_phase/buffer"] = len(trainer.phases.buffer)
         for name, value in metrics.items():
             trainer._metrics["train"][name].append(value)
         return {
@@ -151,14 +155,54 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
 
 
 class RecipeTrainer(GRPOTrainer):
-    """GRPOTrainer whose checkpoint is whole once its trainer_state.json is written, on any number of ranks."""
+    """GRPOTrainer whose checkpoint is whole once its trainer_state.json is written, on any number of ranks, and
+    whose optimizer steps may be SFT phases on the run's successes (sft_phases.py)."""
+
+    phases: SftPhases
+    _micro_batches = 0
+    _phase_step = False
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        micro_batch = self._micro_batches % self.current_gradient_accumulation_steps
+        self._micro_batches += 1
+        if micro_batch == 0:
+            self._phase_step = self.phases.in_phase(self.state.global_step)
+        if self._phase_step:
+            return self._sft_phase_step(model, micro_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._micro_batches % self.current_gradient_accumulation_steps == 0:
+            step_entropy = self._metrics["train"]["entropy"][-self.current_gradient_accumulation_steps :]
+            self.phases.grpo_step_done(sum(step_entropy) / len(step_entropy) if step_entropy else None)
+        return loss
+
+    def _sft_phase_step(self, model, micro_batch: int) -> torch.Tensor:
+        model.train()
+        per_rank = self.args.per_device_train_batch_size
+        episodes = self.phases.episodes(self.state.global_step, micro_batch, self.accelerator.process_index, per_rank)
+        loss, entropy = reply_loss(model, episodes, self.processing_class.pad_token_id)
+        self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
+        metrics = self._metrics["train"]
+        metrics["sft_phase/loss"].append(self.accelerator.gather(loss.detach()).mean().item())
+        metrics["sft_phase/entropy"].append(
+            self.accelerator.gather(torch.tensor(entropy, device=loss.device)).mean().item()
+        )
+        metrics["sft_phase/number"].append(self.phases.phases)
+        metrics["sft_phase/buffer"].append(len(self.phases.buffer))
+        return loss.detach() / self.current_gradient_accumulation_steps
 
     def _save_rng_state(self, output_dir: str) -> None:
         super()._save_rng_state(output_dir)
+        if self.phases.enabled and self.accelerator.is_main_process:  # the same on every rank: one copy
+            self.phases.save(output_dir)
         # Every rank writes its own RNG state, and the first writes trainer_state.json right after its own, which
         # last_complete_checkpoint takes to mean that the checkpoint is whole. Without this wait, a run killed in
         # between resumes a slower rank with no RNG state, so that its episodes differ from the uninterrupted run's.
         self.accelerator.wait_for_everyone()
+
+    def _load_rng_state(self, checkpoint) -> None:
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            self.phases.load(checkpoint)
 
 
 def build_trainer(
@@ -187,6 +231,14 @@ def build_trainer(
         peft_config=peft_config,
         rollout_func=make_rollout_func(runner, dataset, sampler, rollout_args.max_env_failures),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
+    )
+    trainer.phases = SftPhases(
+        steps=rollout_args.sft_phase_steps,
+        every=rollout_args.sft_phase_every,
+        entropy_below=rollout_args.sft_phase_entropy,
+        buffer_size=rollout_args.success_buffer_size,
+        episodes_per_step=training_args.per_device_train_batch_size * training_args.world_size,
+        seed=training_args.seed,
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
     return trainer

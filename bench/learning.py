@@ -39,9 +39,10 @@ from arguments import EnvArguments
 from env_client import open_server_pool
 from evaluate import EvalArguments, evaluate
 from metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
+from scripted_policy import Replies, a_third_right, one_right_of_eight
 from tasks import PRESETS
 from tiny_lfm2 import build_tiny_lfm2
-from warm_up import Replies, a_third_right, one_right_of_eight, warm_up
+from warm_up import warm_up
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt

@@ -8,7 +8,7 @@ import torch
 import yaml
 from peft import get_peft_model
 from transformers import AutoModelForCausalLM
-from trl import get_peft_config
+from trl import ModelConfig, TrlParser, get_peft_config
 
 import train
 from generation import missing_model
@@ -16,6 +16,7 @@ from helpers import ROOT, parse_config
 from tasks import PRESETS, preset_tasks
 from tiny_lfm2 import build_tokenizer
 from train import ConfigError, parse_args, seed_dataset
+from warm_up import WarmUpArguments, WarmUpConfig
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
 
@@ -40,6 +41,20 @@ def test_a_shipped_config_sets_no_deprecated_option(config):
         parse_config(config)
     deprecations = [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))]
     assert deprecations == []
+
+
+@pytest.mark.parametrize(
+    "config", [f"configs/warm_up/{path.name}" for path in (ROOT / "configs/warm_up").glob("*.yaml")]
+)
+def test_a_shipped_warm_up_config_parses_and_sets_no_deprecated_option(config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args, sft_config, model_args = TrlParser((WarmUpArguments, WarmUpConfig, ModelConfig)).parse_args_and_config(
+            ["--config", str(ROOT / config)]
+        )
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    assert deprecations == []
+    assert args.demonstrations and model_args.model_name_or_path and sft_config.completion_only_loss
 
 
 def test_the_recipe_asks_for_colocated_vllm_on_the_gpu():

@@ -13,12 +13,13 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import ModelConfig
 
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
 from helpers import ROOT
 from tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
-from warm_up import fine_tune
+from warm_up import fine_tune, weak_start_config
 
 
 @pytest.mark.slow
@@ -60,7 +61,9 @@ def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tin
     untrained = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert reply_probability(untrained, tokenizer, context, "click('13')") < 1e-6  # a dozen tokens of about 600
 
-    trained = AutoModelForCausalLM.from_pretrained(fine_tune(tiny_model, tmp_path, dataset, 40, 4, 3e-3))
+    trained = AutoModelForCausalLM.from_pretrained(
+        fine_tune(ModelConfig(model_name_or_path=tiny_model), weak_start_config(tmp_path, 40, 4, 3e-3), dataset)
+    )
     assert reply_probability(trained, tokenizer, context, "click('13')") > 0.8
     assert reply_probability(trained, tokenizer, context, "click('14')") < 0.05
     assert reply_probability(trained, tokenizer, context, "click('13') now") < 0.05  # the turn must end there

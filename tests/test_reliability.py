@@ -15,7 +15,8 @@ import train
 from env_client import free_port
 from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
 from metrics import METRICS_FILE, read_metrics
-from warm_up import right_only, warm_up
+from scripted_policy import right_only
+from warm_up import warm_up
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,17 @@
-"""The starting policies' training data: scripted episodes, turn by turn, and the mix of right and wrong replies."""
+"""Starting policies: the weak starts' mix of right and wrong episodes, and warm_up.py's fine-tune of any
+demonstrations file, full or LoRA, into a model train.py starts from."""
 
 import math
+import subprocess
+import sys
 
 import pytest
+from transformers import AutoModelForCausalLM
 
-from env_client import BrowserGymEnv
-from prompts import ChatTurns
-from scripted_policy import Plan, plan
-from warm_up import a_third_right, scripted_turns
+from demonstrations import FIRST_SEED, load, record_mix, save
+from env_client import ServerPool
+from helpers import ROOT
+from scripted_policy import Plan, a_third_right, plan
 
 
 @pytest.mark.parametrize("actions, solved_share", [(1, 1 / 3), (2, 1 / 4), (3, 8 / 27)])
@@ -21,23 +25,46 @@ def test_a_third_right_solves_a_task_about_a_third_of_the_time_however_many_acti
     )
 
 
-def test_scripted_turns_are_every_turn_of_episodes_that_follow_the_right_plan(env_server, tokenizer):
-    turns = scripted_turns(env_server.url, tokenizer, "login-user", range(2))
-    assert sorted(step for _, _, step in turns) == [0, 0, 1, 1, 2, 2]
-    with BrowserGymEnv(base_url=env_server.url).sync() as session:
-        first_pages = [session.reset(task_name="login-user", seed=seed).observation for seed in range(2)]
-    first_prompts = [ChatTurns(tokenizer).first_prompt(observation) for observation in first_pages]
-    plans = [plan("login-user", observation.goal, observation.axtree_txt) for observation in first_pages]
-    for context, task_plan, step in turns:
-        (seed,) = [seed for seed, prompt in enumerate(first_prompts) if context[: len(prompt)] == prompt]
-        assert task_plan == plans[seed]
-        # Each later turn's context holds the plan's right actions so far, as the policy wrote them, and no more.
-        text = tokenizer.decode(context)
-        assert text.count("<|im_start|>assistant") == step + 1
-        assert all(f"{action}<|im_end|>" in text for action in task_plan.right[:step])
-    episodes = {}
-    for context, task_plan, step in turns:
-        episodes.setdefault(tuple(task_plan.right), {})[step] = context
-    assert len(episodes) == 2
-    for contexts in episodes.values():  # each episode's contexts grow turn by turn
-        assert contexts[0] == contexts[1][: len(contexts[0])] and contexts[1] == contexts[2][: len(contexts[1])]
+def test_a_mix_demonstrates_each_reply_at_every_step_of_the_plan(env_server, tokenizer):
+    seeds = range(FIRST_SEED, FIRST_SEED + 2)
+    recorded = record_mix(ServerPool([env_server.url]), tokenizer, "login-user", seeds, a_third_right)
+    assert len(recorded) == 3 * len(seeds)  # two rights and a wrong in three at each of three steps
+    for demonstration in recorded:
+        task_plan = plan("login-user", demonstration.goal, demonstration.turns[0].page)
+        written = [turn.reply for turn in demonstration.turns]
+        assert written in (task_plan.right, task_plan.wrong)
+        assert demonstration.solved == (written == task_plan.right)
+    assert sorted(d.seed for d in recorded) == sorted([*seeds] * 3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_warm_up_fine_tunes_a_demonstrations_file_into_a_model_train_py_starts_from(
+    env_server, tokenizer, tiny_model, tmp_path, lora
+):
+    demonstrations = tmp_path / "demos.jsonl"
+    seeds = range(FIRST_SEED, FIRST_SEED + 4)
+    save(record_mix(ServerPool([env_server.url]), tokenizer, "click-test", seeds, a_third_right), demonstrations)
+    assert len(load(demonstrations)) == 4 and len(load(demonstrations, keep_failed=True)) == 12
+    command = [sys.executable, "warm_up.py", "--demonstrations", str(demonstrations)]
+    command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--max_steps", "3"]
+    command += ["--per_device_train_batch_size", "2", "--report_to", "none", "--save_strategy", "no"]
+    command += ["--activation_checkpointing", "false", *(["--use_peft", "--lora_r", "4"] if lora else [])]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "4 demonstrations from" in run.stderr and "8 unsuccessful ones left out" in run.stderr
+    assert f"starting policy: {tmp_path / 'warm'}" in run.stdout
+    warm = AutoModelForCausalLM.from_pretrained(tmp_path / "warm")  # a whole model, the adapter merged in
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert not (tmp_path / "warm" / "adapter_config.json").exists()
+    changed = [n for n, p in warm.named_parameters() if not p.equal(base.get_parameter(n))]
+    assert changed and (lora or len(changed) == len(list(base.parameters())))
+
+
+def test_a_bad_demonstrations_file_stops_warm_up_with_its_errors(tiny_model, tmp_path):
+    (tmp_path / "demos.jsonl").write_text('{"version": 1}\n')
+    command = [sys.executable, "warm_up.py", "--demonstrations", str(tmp_path / "demos.jsonl")]
+    command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm")]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2
+    assert "warm_up.py: 6 error(s)" in run.stderr and "demos.jsonl line 1: task: Field required" in run.stderr

@@ -1,0 +1,115 @@
+"""SFT phases during GRPO (sft_phases.py): when a phase begins, what it trains on, and a run with phases that resumes
+from a checkpoint inside a phase and ends bit-identical to the run that was not interrupted."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from helpers import RESUMABLE, ROOT, click_the_button, train_command, weights
+from metrics import METRICS_FILE, read_metrics
+from sft_phases import STATE_FILE, SftPhases
+
+
+def phases(**settings) -> SftPhases:
+    defaults = {"steps": 2, "every": 0, "entropy_below": 0.0, "buffer_size": 4, "episodes_per_step": 2}
+    return SftPhases(**defaults | settings)
+
+
+def test_a_phase_begins_every_n_grpo_steps_once_the_buffer_holds_a_steps_episodes():
+    state = phases(every=2)
+    state.grpo_step_done(1.0)
+    state.grpo_step_done(1.0)
+    assert not state.in_phase(2)  # due, but the buffer is empty
+    state.keep([([1, 2], [0, 1])])
+    assert not state.in_phase(2)
+    state.keep([([3, 4], [0, 1]), ([5, 6], [0, 1])])
+    assert [state.in_phase(step) for step in (2, 3)] == [True, True] and state.phases == 1
+    assert not state.in_phase(4)  # two steps a phase, then GRPO
+    state.grpo_step_done(1.0)
+    assert not state.in_phase(5)
+
+
+def test_a_phase_begins_when_a_grpo_steps_entropy_falls_below_the_threshold():
+    state = phases(entropy_below=0.5)
+    state.keep([([1, 2], [0, 1])] * 4)
+    state.grpo_step_done(0.6)
+    assert not state.in_phase(1)
+    state.grpo_step_done(0.4)
+    assert state.in_phase(2) and state.in_phase(3) and state.phases == 1
+    # The entropy that began a phase does not begin another: the next one waits for a GRPO step's own.
+    assert not state.in_phase(4)
+
+
+def test_the_buffer_keeps_the_latest_successes_and_a_step_draws_from_the_step_number_alone():
+    state = phases(buffer_size=3)
+    state.keep([([i], [1]) for i in range(5)])
+    assert state.buffer == [([2], [1]), ([3], [1]), ([4], [1])]
+    drawn = [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
+    assert drawn == [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
+    assert drawn[0] != drawn[1]  # each rank its own share, without replacement
+
+
+# RESUMABLE's run with a phase of two steps after every two GRPO steps, over six steps.
+WITH_PHASES = (*RESUMABLE, "--max_steps", "6", "--sft_phase_steps", "2", "--sft_phase_every", "2")
+
+
+@pytest.fixture(scope="module")
+def run_with_phases(tmp_path_factory, half_right_model):
+    output_dir = tmp_path_factory.mktemp("with-phases")
+    run = subprocess.run(
+        train_command(half_right_model, output_dir, *WITH_PHASES), cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return output_dir, run.stderr
+
+
+@pytest.mark.slow
+def test_a_phase_trains_on_the_runs_successes_and_is_logged(run_with_phases, tiny_model):
+    output_dir, log = run_with_phases
+    rows = read_metrics(output_dir / METRICS_FILE)
+    phase_steps = [row["step"] for row in rows if "sft_phase/loss" in row]
+    grpo_steps = [row["step"] for row in rows if "reward" in row]
+    assert phase_steps and len(phase_steps) % 2 == 0 and len(phase_steps) + len(grpo_steps) == 6
+    first_phase = phase_steps[0]
+    assert grpo_steps[:2] == [1, 2] and phase_steps[:2] == [first_phase, first_phase + 1]
+    assert re.search(rf"step {first_phase}/6 \| SFT phase 1 on \d+ successful episodes \| loss", log)
+    # The buffer at the phase's first step holds every success of the GRPO steps before it, and nothing else.
+    before = [row for row in rows if row["step"] < first_phase and "reward" in row]
+    solved_before = sum(round(8 * row["episodes/success_rate"]) for row in before)
+    state = json.loads((output_dir / f"checkpoint-{first_phase}" / STATE_FILE).read_text())
+    assert len(state["buffer"]) == solved_before >= 8 and state["phases"] == 1
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    for ids, mask in state["buffer"]:
+        reply = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m], skip_special_tokens=True)
+        assert reply == click_the_button(tokenizer.decode(ids[: mask.index(1)]))
+    # The phase moved the weights, as a step of the trainer (its optimizer, its step count).
+    ahead, behind = (
+        weights(output_dir / f"checkpoint-{first_phase}"),
+        weights(output_dir / f"checkpoint-{first_phase - 1}"),
+    )
+    assert any(not torch.equal(behind[name], ahead[name]) for name in ahead)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_inside_a_phase_plays_only_the_remaining_steps_and_ends_bit_identical(
+    run_with_phases, half_right_model, tmp_path
+):
+    uninterrupted, _ = run_with_phases
+    rows = read_metrics(uninterrupted / METRICS_FILE)
+    inside = next(row["step"] for row in rows if "sft_phase/loss" in row)  # after a phase's first step
+    checkpoint = tmp_path / f"checkpoint-{inside}"
+    shutil.copytree(uninterrupted / f"checkpoint-{inside}", checkpoint)
+    state = json.loads((checkpoint / STATE_FILE).read_text())
+    assert state["phase_end"] > inside  # the phase is not over at this checkpoint
+    command = train_command(half_right_model, tmp_path, *WITH_PHASES, "--resume_from_checkpoint", str(checkpoint))
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    played = re.findall(r"step (\d)/6 \|", run.stderr)
+    assert played == [str(step) for step in range(inside + 1, 7)]  # the rest of the phase, then GRPO
+    resumed, whole = weights(tmp_path), weights(uninterrupted)
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)
