@@ -16,7 +16,7 @@ For fine-tuning, an episode is rendered by rollout.py's own functions (`begin`, 
 tokens are those the policy would have seen and written had it played the episode: one row per episode, the loss on
 the replies only, each reply ended by the end-of-turn token.
 
-    python demonstrations.py --tasks enter-text login-user --episodes 100 --output demos.jsonl   # scripted experts
+    python demonstrations.py --tasks book-flight enter-text --episodes 100 --output demos.jsonl   # experts.py
     python demonstrations.py --tasks click-test --episodes 16 --replies one_right_of_eight --output weak.jsonl
 """
 
@@ -32,12 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from arguments import EnvArguments
 from env_client import ServerPool, open_server_pool
 from env_protocol import MINIWOB_TASKS, BrowserGymObservation
+from experts import EXPERTS, expert_policy
 from generation import Reply, written
 from metrics import setup_logging
 from prompts import ChatTurns
 from rewards import solved
 from rollout import Episode, EpisodeRunner, Policy, add_outcome, add_reply, begin
-from scripted_policy import PLANS, REPLY_MIXES, Replies, choosing, following_plans, plan
+from scripted_policy import PLANS, REPLY_MIXES, Replies, choosing, plan
 from tiny_lfm2 import build_tokenizer
 
 log = logging.getLogger("demonstrations")
@@ -176,10 +177,11 @@ def sft_dataset(demonstrations: list[Demonstration], chat: ChatTurns, max_length
 
 
 def record(
-    servers: ServerPool, tokenizer, specs: list[tuple[str, int]], policy: Policy, max_turns: int, batch: int = 16
+    servers: ServerPool, tokenizer, specs: list[tuple[str, int]], policy: Policy, env: EnvArguments, batch: int = 16
 ) -> list[Demonstration]:
-    """Plays (task, seed) episodes with `policy`, `batch` sessions at a time, and keeps each as a demonstration."""
-    runner = EpisodeRunner(servers, tokenizer, EnvArguments(max_turns=max_turns, lockstep=True))
+    """Plays (task, seed) episodes with `policy` as `env` says (turns, page length, wait), `batch` sessions at a time,
+    and keeps each as a demonstration."""
+    runner = EpisodeRunner(servers, tokenizer, env)
     demonstrations = []
     try:
         for start in range(0, len(specs), batch):
@@ -195,37 +197,46 @@ def record_mix(servers: ServerPool, tokenizer, task: str, seeds: range, replies:
     """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
     step of the plan and ends there, whether it solved the instance or not (load them with keep_failed)."""
     specs = [(task, seed) for seed in seeds]
-    right = record(servers, tokenizer, specs, choosing(tokenizer, replies, 0), MAX_TURNS)
+    right = record(servers, tokenizer, specs, choosing(tokenizer, replies, 0), EnvArguments(max_turns=MAX_TURNS))
     task_plan = plan(task, right[0].goal, right[0].turns[0].page)
     steps, count = len(task_plan.right), len(replies(task_plan, 0))
-    mixed = [record(servers, tokenizer, specs, choosing(tokenizer, replies, j), steps) for j in range(1, count)]
+    env = EnvArguments(max_turns=steps)
+    mixed = [record(servers, tokenizer, specs, choosing(tokenizer, replies, j), env) for j in range(1, count)]
     return right + [demonstration for of_reply in mixed for demonstration in of_reply]
 
 
 def main() -> None:
     setup_logging()
     parser = argparse.ArgumentParser(description="Record demonstrations of MiniWoB tasks by the scripted experts.")
-    parser.add_argument("--tasks", nargs="+", required=True, choices=sorted(PLANS), metavar="TASK")
+    parser.add_argument("--tasks", nargs="+", required=True, choices=sorted(EXPERTS), metavar="TASK")
     parser.add_argument("--episodes", type=int, default=100, help="seeds per task")
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
+    parser.add_argument("--max_turns", type=int, default=MAX_TURNS)
+    parser.add_argument("--max_page_chars", type=int, default=2000, help="the page the experts read, as training's")
+    parser.add_argument("--settle_ms", type=int, help="wait after each action before observing; default: the server's")
     parser.add_argument(
         "--replies",
         choices=sorted(REPLY_MIXES),
-        help="a weak start's mix of right and wrong replies, every episode kept (default: the experts' own)",
+        help="a weak start's mix of right and wrong replies by the scripted plans, every episode kept",
     )
     parser.add_argument("--output", required=True, help="the JSON-lines file to write")
     args = parser.parse_args()
     # The experts write text and the file keeps text: any tokenizer carries the replies through the episode loop.
     tokenizer = build_tokenizer()
     seeds = range(args.first_seed, args.first_seed + args.episodes)
+    env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars, settle_ms=args.settle_ms)
     with contextlib.ExitStack() as stack:
         servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
         if args.replies:
+            if unplanned := set(args.tasks) - set(PLANS):
+                parser.error(f"--replies: no scripted plan for {', '.join(sorted(unplanned))}")
             mix = REPLY_MIXES[args.replies]
             demonstrations = [d for task in args.tasks for d in record_mix(servers, tokenizer, task, seeds, mix)]
         else:
             specs = [(task, seed) for task in args.tasks for seed in seeds]
-            demonstrations = record(servers, tokenizer, specs, following_plans(tokenizer), MAX_TURNS)
+            demonstrations = record(
+                servers, tokenizer, specs, expert_policy(ChatTurns(tokenizer, env.max_page_chars)), env
+            )
     save(demonstrations, args.output)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.output}")

@@ -1,0 +1,95 @@
+"""How often each scripted expert (experts.py) solves its task, on held-out seeds: the table in docs/experts.md.
+
+    python bench/expert_success.py                                 # every expert, 100 seeds each (about N minutes)
+    python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
+
+Each expert plays its task through the environment server and the episode loop that training uses, reading the page
+as the prompt shows it (max_page_chars). Seeds start at 3,000,000: apart from training's (0-999), evaluation's
+(from 1,000,000) and recorded demonstrations' (from 2,000,000). Success is given with its 95% Wilson interval.
+"""
+
+import argparse
+import contextlib
+import math
+import time
+from collections import Counter
+
+from arguments import EnvArguments
+from demonstrations import Demonstration, record
+from env_client import open_server_pool
+from experts import EXPERTS, expert_policy
+from metrics import setup_logging
+from prompts import ChatTurns, compact_page
+from tiny_lfm2 import build_tokenizer
+
+FIRST_SEED = 3_000_000
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    centre = (successes + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(successes * (n - successes) / n + z * z / 4) / (n + z * z)
+    return centre - half, centre + half
+
+
+def failure(demonstration: Demonstration) -> str:
+    """Why an episode was not solved, in a few words."""
+    last = demonstration.turns[-1]
+    if demonstration.done:
+        return f"the task judged it wrong after {last.reply}"
+    if last.error:
+        return f"{last.reply} failed: {last.error.splitlines()[0][:80]}"
+    return f"ran out of turns after {last.reply}"
+
+
+def similarity_groups() -> dict[str, int]:
+    from browsergym.experiments.benchmark.metadata.utils import task_metadata
+
+    metadata = task_metadata("miniwob")
+    return {row.task_name.removeprefix("miniwob."): int(row.similarity_group) for row in metadata.itertuples()}
+
+
+def main() -> None:
+    setup_logging()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=sorted(EXPERTS), choices=sorted(EXPERTS), metavar="TASK")
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
+    parser.add_argument("--max_turns", type=int, default=15)
+    parser.add_argument("--max_page_chars", type=int, default=4000)
+    parser.add_argument("--show_failures", action="store_true", help="print the last page of each failed episode")
+    args = parser.parse_args()
+    tokenizer = build_tokenizer()
+    chat = ChatTurns(tokenizer, args.max_page_chars)
+    groups = similarity_groups()
+    rows = []
+    with contextlib.ExitStack() as stack:
+        servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
+        for task in args.tasks:
+            start = time.perf_counter()
+            specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
+            env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars)
+            played = record(servers, tokenizer, specs, expert_policy(chat), env)
+            solved = sum(d.solved for d in played)
+            low, high = wilson(solved, len(played))
+            reasons = Counter(failure(d) for d in played if not d.solved)
+            turns = sum(len(d.turns) for d in played) / len(played)
+            pages = max(len(compact_page(turn.page)) for d in played for turn in d.turns)
+            rows.append((task, groups[task], solved, len(played), low, high, turns, pages, reasons))
+            print(f"{task}: {solved}/{len(played)} in {time.perf_counter() - start:.0f}s; longest page {pages} chars")
+            if args.show_failures:
+                for d in (d for d in played if not d.solved):
+                    print(
+                        f"--- seed {d.seed}: {d.goal}\n" + "\n".join(f"> {t.reply} | {t.error[:100]}" for t in d.turns)
+                    )
+                    print(compact_page(d.turns[-1].page))
+    print("\n| task | group | success (95% interval) | turns | longest page | failures |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for task, group, solved, n, low, high, turns, pages, reasons in rows:
+        why = "; ".join(f"{count}x {reason}" for reason, count in reasons.most_common(3)) or "none"
+        print(
+            f"| {task} | {group} | {solved}/{n} ({100 * low:.0f}-{100 * high:.0f}%) | {turns:.1f} | {pages} | {why} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The scripted experts (experts.py): each solves its task on a few held-out seeds, reading only what the policy
+reads, and their demonstrations are what warm_up.py learns from. bench/expert_success.py measures them on 100 seeds
+each (docs/experts.md)."""
+
+import pytest
+
+from arguments import EnvArguments
+from demonstrations import record
+from env_client import ServerPool
+from experts import EXPERTS, expert_policy, nodes
+from prompts import ChatTurns
+from tasks import browsergym_split_of
+
+SEEDS = range(3_000_100, 3_000_103)  # held out: apart from training's, evaluation's and recorded demonstrations'
+
+
+def test_the_experts_cover_book_flight_and_twenty_train_split_tasks_of_eight_similarity_groups():
+    from browsergym.experiments.benchmark.metadata.utils import task_metadata
+
+    group = {
+        row.task_name.removeprefix("miniwob."): row.similarity_group for row in task_metadata("miniwob").itertuples()
+    }
+    train = [task for task in EXPERTS if browsergym_split_of()[task] == "train"]
+    assert {"book-flight", "book-flight-nodelay"} <= set(train)
+    others = [task for task in train if not task.startswith("book-flight")]
+    assert len(others) >= 20 and len({group[task] for task in others}) >= 8
+
+
+def test_a_page_line_reads_as_its_bid_role_name_and_value():
+    (box,) = nodes("Page:\n\t[19] textbox 'From:' value='Santa Ana, CA (SNA)', focused")
+    assert (box.depth, box.bid, box.role, box.name, box.value()) == (1, "19", "textbox", "From:", "Santa Ana, CA (SNA)")
+
+
+@pytest.mark.slow
+def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer):
+    env = EnvArguments(max_turns=15, max_page_chars=4000)
+    specs = [(task, seed) for task in sorted(EXPERTS) for seed in SEEDS]
+    played = record(ServerPool([env_server.url]), tokenizer, specs, expert_policy(ChatTurns(tokenizer, 4000)), env)
+    unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
+    assert unsolved == []
