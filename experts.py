@@ -35,19 +35,20 @@ class Node:
     rest: str  # the properties after the name: value='...', checked='true', focused, ...
 
     def value(self) -> str | None:
-        found = re.search(r"value='((?:[^'\\]|\\.)*)'", self.rest)
-        return found.group(1) if found else None
+        found = re.search(r"""value=(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""", self.rest)
+        return next(part for part in found.groups() if part is not None) if found else None
 
 
-LINE = re.compile(r"^(\t*)(?:\[(\w+)\] )?(\S+) '((?:[^'\\]|\\.)*)'(.*)$")
+# A name is quoted with ' unless it holds one, then with ".
+LINE = re.compile(r"""^(\t*)(?:\[(\w+)\] )?(\S+) (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")(.*)$""")
 
 
 def nodes(page: str) -> list[Node]:
     parsed = []
     for line in page.removeprefix("Page:\n").splitlines():
         if match := LINE.match(line):
-            tabs, bid, role, name, rest = match.groups()
-            parsed.append(Node(len(tabs), bid, role, name, rest))
+            tabs, bid, role, single, double, rest = match.groups()
+            parsed.append(Node(len(tabs), bid, role, single if single is not None else double, rest))
     return parsed
 
 
@@ -219,13 +220,29 @@ def book_flight(goal: str, page: str, history: History) -> str:
         return click(best_flight(page, results, want))
     for label, city in (("From:", origin), ("To:", destination)):
         (box,) = find(page, "textbox", label)
-        if not box.value() or city not in box.value() or "(" not in box.value():
-            options = [item for item, text in texts_under(page, "listitem") if city in text]
-            return click(options[0]) if options and box.value() == city else fill(box, city)
+        if action := pick_airport(page, box, city, waited=bool(history) and history[-1][0].startswith("noop")):
+            return action
     date_box = next(box for box in find(page, "textbox") if box.name == "")
     if date_box.value() != date:
         return pick_date(page, date, date_box)
     return click(find(page, "button", "Search")[0])
+
+
+def pick_airport(page: str, box: Node, city: str, waited: bool) -> str | None:
+    """The next action that makes `box` hold the airport of `city` (a city or an airport code), or None if it does.
+    The autocomplete lists the airports that match what was typed, at once or (book-flight) 300 ms later: once typed,
+    the expert waits for the list once before typing again. A list longer than its box scrolls, and a click on an
+    item that needs the scroll misses it, so the box is filled with the item's whole text, which leaves one item."""
+    listed = texts_under(page, "listitem")
+    matching = [(item, text) for item, text in listed if city in text]
+    if len(listed) == 1 and matching:
+        return click(matching[0][0])
+    if matching and box.value() != matching[0][1]:
+        return fill(box, matching[0][1])
+    value = box.value() or ""
+    if city in value and value.endswith(")"):
+        return None
+    return "noop(500)" if value == city and not waited else fill(box, city)
 
 
 def pick_date(page: str, date: str, date_box: Node) -> str:

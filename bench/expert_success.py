@@ -1,6 +1,6 @@
 """How often each scripted expert (experts.py) solves its task, on held-out seeds: the table in docs/experts.md.
 
-    python bench/expert_success.py                                 # every expert, 100 seeds each (about N minutes)
+    python bench/expert_success.py          # every expert, 100 seeds each (about 15 minutes on two cores)
     python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
 
 Each expert plays its task through the environment server and the episode loop that training uses, reading the page
@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
     parser.add_argument("--max_turns", type=int, default=15)
     parser.add_argument("--max_page_chars", type=int, default=4000)
+    parser.add_argument("--settle_ms", type=int, help="wait after each action before observing; default: the server's")
     parser.add_argument("--show_failures", action="store_true", help="print the last page of each failed episode")
     args = parser.parse_args()
     tokenizer = build_tokenizer()
@@ -67,7 +68,7 @@ def main() -> None:
         for task in args.tasks:
             start = time.perf_counter()
             specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
-            env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars)
+            env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars, settle_ms=args.settle_ms)
             played = record(servers, tokenizer, specs, expert_policy(chat), env)
             solved = sum(d.solved for d in played)
             low, high = wilson(solved, len(played))
