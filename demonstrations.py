@@ -23,6 +23,7 @@ the replies only, each reply ended by the end-of-turn token.
 import argparse
 import contextlib
 import logging
+from contextlib import closing
 from pathlib import Path
 from typing import Literal
 
@@ -176,20 +177,14 @@ def sft_dataset(demonstrations: list[Demonstration], chat: ChatTurns, max_length
     return Dataset.from_dict(rows)
 
 
-def record(
-    servers: ServerPool, tokenizer, specs: list[tuple[str, int]], policy: Policy, env: EnvArguments, batch: int = 16
-) -> list[Demonstration]:
-    """Plays (task, seed) episodes with `policy` as `env` says (turns, page length, wait), `batch` sessions at a time,
-    and keeps each as a demonstration."""
-    runner = EpisodeRunner(servers, tokenizer, env)
+def record(runner: EpisodeRunner, specs: list[tuple[str, int]], policy: Policy, batch: int = 16) -> list[Demonstration]:
+    """Plays (task, seed) episodes with `policy` on `runner`'s sessions, `batch` at a time, and keeps each as a
+    demonstration."""
     demonstrations = []
-    try:
-        for start in range(0, len(specs), batch):
-            episodes = runner.run_until_played(specs[start : start + batch], policy, None, max_failures=3)
-            demonstrations += [of_episode(episode) for episode in episodes]
-            log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
-    finally:
-        runner.close()
+    for start in range(0, len(specs), batch):
+        episodes = runner.run_until_played(specs[start : start + batch], policy, None, max_failures=3)
+        demonstrations += [of_episode(episode) for episode in episodes]
+        log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
     return demonstrations
 
 
@@ -197,11 +192,12 @@ def record_mix(servers: ServerPool, tokenizer, task: str, seeds: range, replies:
     """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
     step of the plan and ends there, whether it solved the instance or not (load them with keep_failed)."""
     specs = [(task, seed) for seed in seeds]
-    right = record(servers, tokenizer, specs, choosing(tokenizer, replies, 0), EnvArguments(max_turns=MAX_TURNS))
+    with closing(EpisodeRunner(servers, tokenizer, EnvArguments(max_turns=MAX_TURNS, lockstep=True))) as runner:
+        right = record(runner, specs, choosing(tokenizer, replies, 0))
     task_plan = plan(task, right[0].goal, right[0].turns[0].page)
     steps, count = len(task_plan.right), len(replies(task_plan, 0))
-    env = EnvArguments(max_turns=steps)
-    mixed = [record(servers, tokenizer, specs, choosing(tokenizer, replies, j), env) for j in range(1, count)]
+    with closing(EpisodeRunner(servers, tokenizer, EnvArguments(max_turns=steps, lockstep=True))) as runner:
+        mixed = [record(runner, specs, choosing(tokenizer, replies, j)) for j in range(1, count)]
     return right + [demonstration for of_reply in mixed for demonstration in of_reply]
 
 
@@ -234,9 +230,8 @@ def main() -> None:
             demonstrations = [d for task in args.tasks for d in record_mix(servers, tokenizer, task, seeds, mix)]
         else:
             specs = [(task, seed) for task in args.tasks for seed in seeds]
-            demonstrations = record(
-                servers, tokenizer, specs, expert_policy(ChatTurns(tokenizer, env.max_page_chars)), env
-            )
+            runner = stack.enter_context(closing(EpisodeRunner(servers, tokenizer, env)))
+            demonstrations = record(runner, specs, expert_policy(ChatTurns(tokenizer, env.max_page_chars)))
     save(demonstrations, args.output)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.output}")

@@ -100,7 +100,7 @@ def build_model(
         layer_types=["conv", "full_attention"] * (layers // 2),
         num_attention_heads=heads,
         num_key_value_heads=max(1, heads // 2),
-        max_position_embeddings=8192,
+        max_position_embeddings=32_768,  # LFM2-350M's own context: a book-flight episode holds some 10,000 tokens here
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -13,6 +13,7 @@ import contextlib
 import math
 import time
 from collections import Counter
+from contextlib import closing
 
 from arguments import EnvArguments
 from demonstrations import Demonstration, record
@@ -20,6 +21,7 @@ from env_client import open_server_pool
 from experts import EXPERTS, expert_policy
 from metrics import setup_logging
 from prompts import ChatTurns, compact_page
+from rollout import EpisodeRunner
 from tiny_lfm2 import build_tokenizer
 
 FIRST_SEED = 3_000_000
@@ -69,7 +71,8 @@ def main() -> None:
             start = time.perf_counter()
             specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
             env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars, settle_ms=args.settle_ms)
-            played = record(servers, tokenizer, specs, expert_policy(chat), env)
+            with closing(EpisodeRunner(servers, tokenizer, env)) as runner:
+                played = record(runner, specs, expert_policy(chat))
             solved = sum(d.solved for d in played)
             low, high = wilson(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)

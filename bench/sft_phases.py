@@ -27,7 +27,8 @@ AROUND = 3  # GRPO steps before and after a phase that are averaged
 
 def run(output_dir: Path, steps: int, *extra: str) -> list[dict]:
     command = [sys.executable, "train.py", "--config", "configs/smoke.yaml", "--output_dir", str(output_dir)]
-    command += ["--max_steps", str(steps), "--save_steps", "1000", *extra]
+    # In lock step both runs sample the same episodes until the first phase, so the curves part there.
+    command += ["--max_steps", str(steps), "--save_steps", "1000", "--lockstep", "true", *extra]
     subprocess.run(command, cwd=ROOT, check=True)
     return read_metrics(output_dir / METRICS_FILE)
 

@@ -2,6 +2,8 @@
 reads, and their demonstrations are what warm_up.py learns from. bench/expert_success.py measures them on 100 seeds
 each (docs/experts.md)."""
 
+from contextlib import closing
+
 import pytest
 
 from arguments import EnvArguments
@@ -9,9 +11,10 @@ from demonstrations import record
 from env_client import ServerPool
 from experts import EXPERTS, expert_policy, nodes
 from prompts import ChatTurns
+from rollout import EpisodeRunner
 from tasks import browsergym_split_of
 
-SEEDS = range(3_000_100, 3_000_103)  # held out: apart from training's, evaluation's and recorded demonstrations'
+SEEDS = range(3_000_100, 3_000_102)  # held out: apart from training's, evaluation's and recorded demonstrations'
 
 
 def test_the_experts_cover_book_flight_and_twenty_train_split_tasks_of_eight_similarity_groups():
@@ -35,6 +38,7 @@ def test_a_page_line_reads_as_its_bid_role_name_and_value():
 def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer):
     env = EnvArguments(max_turns=15, max_page_chars=4000)
     specs = [(task, seed) for task in sorted(EXPERTS) for seed in SEEDS]
-    played = record(ServerPool([env_server.url]), tokenizer, specs, expert_policy(ChatTurns(tokenizer, 4000)), env)
+    with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, env)) as runner:
+        played = record(runner, specs, expert_policy(ChatTurns(tokenizer, 4000)))
     unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
     assert unsolved == []

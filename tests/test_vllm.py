@@ -16,6 +16,7 @@ against 5.8 that an unsynced LoRA adapter leaves and 0.24 to 0.79 that scoring e
 
 import itertools
 import logging
+import os
 
 import pytest
 import torch
@@ -40,6 +41,17 @@ from scripted_policy import plan
 BF16_TOLERANCE = 0.05  # per-token log-probability of a near-certain token, engine (bf16) against trainer (fp32)
 BF16_MEAN_TOLERANCE = 0.01  # the same, averaged over the tokens of sampled episodes; see above
 VLLM = ("--use_vllm", "true", "--vllm_on_cpu", "true", "--vllm_mode", "colocate")
+
+
+@pytest.fixture(autouse=True)
+def environment_restored():
+    """TRL's colocated engine writes the variables of a one-process distributed group (RANK, WORLD_SIZE,
+    MASTER_PORT, ...) into os.environ, and keeps its store on MASTER_PORT: a process a later test starts would
+    inherit them, take itself for a rank, and fail to bind that port."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 @pytest.fixture(autouse=True)
