@@ -204,7 +204,9 @@ def record_mix(servers: ServerPool, tokenizer, task: str, seeds: range, replies:
 def main() -> None:
     setup_logging()
     parser = argparse.ArgumentParser(description="Record demonstrations of MiniWoB tasks by the scripted experts.")
-    parser.add_argument("--tasks", nargs="+", required=True, choices=sorted(EXPERTS), metavar="TASK")
+    parser.add_argument(
+        "--tasks", nargs="+", required=True, choices=sorted({*EXPERTS, *PLANS}), metavar="TASK", help="MiniWoB tasks"
+    )
     parser.add_argument("--episodes", type=int, default=100, help="seeds per task")
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
     parser.add_argument("--max_turns", type=int, default=MAX_TURNS)
@@ -215,17 +217,19 @@ def main() -> None:
         choices=sorted(REPLY_MIXES),
         help="a weak start's mix of right and wrong replies by the scripted plans, every episode kept",
     )
+    parser.add_argument("--env_url", nargs="*", default=[], help="environment servers to use; none: start one")
     parser.add_argument("--output", required=True, help="the JSON-lines file to write")
     args = parser.parse_args()
+    scripted = PLANS if args.replies else EXPERTS
+    if missing := sorted(set(args.tasks) - set(scripted)):
+        parser.error(f"no {'scripted plan' if args.replies else 'expert'} for {', '.join(missing)}")
     # The experts write text and the file keeps text: any tokenizer carries the replies through the episode loop.
     tokenizer = build_tokenizer()
     seeds = range(args.first_seed, args.first_seed + args.episodes)
     env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars, settle_ms=args.settle_ms)
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
+        servers = open_server_pool(stack, EnvArguments(env_url=args.env_url, env_servers=1), max_sessions=16)
         if args.replies:
-            if unplanned := set(args.tasks) - set(PLANS):
-                parser.error(f"--replies: no scripted plan for {', '.join(sorted(unplanned))}")
             mix = REPLY_MIXES[args.replies]
             demonstrations = [d for task in args.tasks for d in record_mix(servers, tokenizer, task, seeds, mix)]
         else:

@@ -61,6 +61,22 @@ def test_warm_up_fine_tunes_a_demonstrations_file_into_a_model_train_py_starts_f
     assert changed and (lora or len(changed) == len(list(base.parameters())))
 
 
+@pytest.mark.slow
+def test_the_command_line_records_the_experts_episodes_or_a_weak_starts_mix(env_server, tmp_path):
+    def recorded(*arguments: str) -> list:
+        command = [sys.executable, "demonstrations.py", "--env_url", env_server.url, "--episodes", "1", *arguments]
+        run = subprocess.run(
+            [*command, "--output", str(tmp_path / "d.jsonl")], cwd=ROOT, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        return load(tmp_path / "d.jsonl", keep_failed=True)
+
+    (expert,) = recorded("--tasks", "enter-text")
+    assert expert.solved and len(expert.turns) == 2 and expert.seed == FIRST_SEED
+    mix = recorded("--tasks", "click-test", "--replies", "one_right_of_eight")  # what `make smoke` starts from
+    assert len(mix) == 8 and mix[0].solved and [d.turns[0].reply for d in mix][-1] == "I will click the button."
+
+
 def test_a_bad_demonstrations_file_stops_warm_up_with_its_errors(tiny_model, tmp_path):
     (tmp_path / "demos.jsonl").write_text('{"version": 1}\n')
     command = [sys.executable, "warm_up.py", "--demonstrations", str(tmp_path / "demos.jsonl")]
