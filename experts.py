@@ -1,11 +1,12 @@
 """Scripted experts: for each task they know, the next action, read each turn off what the policy reads (the goal, and
 the page as the prompt shows it: compacted and cut at max_page_chars) and the expert's own actions so far.
 
-They write demonstrations (demonstrations.py) for a warm-up before RL; bench/experts.py measures how often each
+They write demonstrations (demonstrations.py) for a warm-up before RL; bench/expert_success.py measures how often each
 solves its task. An expert reacts to the page it is shown: an autocomplete's list, a date picker's month, a page
 of results, a dialog that came up. Where what it needs is not on the page it is shown, it fails, as a policy would.
 """
 
+import calendar
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -156,18 +157,13 @@ def login_user_popup(goal: str, page: str, history: History) -> str:
 
 def enter_date(goal: str, page: str, history: History) -> str:
     month, day, year = re.findall(r"(\d\d)/(\d\d)/(\d{4})", goal)[0]
-    return fill(find_input(page, "Date"), f"{year}-{month}-{day}") if not succeeded(history) else submit(page)
+    return fill(find(page, "Date")[0], f"{year}-{month}-{day}") if not succeeded(history) else submit(page)
 
 
 def enter_time(goal: str, page: str, history: History) -> str:
     hours, minutes, half = re.findall(r"(\d+):(\d\d) ([AP]M)", goal)[0]
     hours = int(hours) % 12 + (12 if half == "PM" else 0)
-    return fill(find_input(page, "InputTime"), f"{hours:02d}:{minutes}") if not succeeded(history) else submit(page)
-
-
-def find_input(page: str, role: str) -> Node:
-    """A date or time input, whose bid the accessibility tree gives on the input's own line."""
-    return find(page, role)[0]
+    return fill(find(page, "InputTime")[0], f"{hours:02d}:{minutes}") if not succeeded(history) else submit(page)
 
 
 def click_checkboxes(goal: str, page: str, history: History) -> str:
@@ -192,30 +188,16 @@ def click_collapsible(goal: str, page: str, history: History) -> str:
 
 # --- book-flight ---------------------------------------------------------------------------------------------------
 
-MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
+MONTHS = list(calendar.month_name)[1:]  # January ... December, as the date picker writes them
 
 
 def book_flight(goal: str, page: str, history: History) -> str:
     """From and To through their autocomplete lists, the date through the date picker, Search, then the cheapest or
     the shortest of the results."""
-    want, origin, destination, date = re.findall(r"Book the (\w+) one-way flight from: (.*) to: (.*) on (\S+)\.", goal)[
-        0
-    ]
-    prices = find(page, "button")
-    results = [button for button in prices if button.name.startswith("Book flight for")]
+    ((want, origin, destination, date),) = re.findall(
+        r"Book the (\w+) one-way flight from: (.*) to: (.*) on (\S+)\.", goal
+    )
+    results = [button for button in find(page, "button") if button.name.startswith("Book flight for")]
     if results:
         return click(best_flight(page, results, want))
     for label, city in (("From:", origin), ("To:", destination)):

@@ -83,15 +83,19 @@ class SftPhases:
 
 
 def reply_loss(model, episodes: list[tuple[list[int], list[int]]], pad_token_id: int) -> tuple[torch.Tensor, float]:
-    """The mean negative log-likelihood of the episodes' reply tokens, and the policy's mean entropy on them."""
+    """The mean negative log-likelihood of the episodes' reply tokens, and the policy's mean entropy on them. Logits
+    are taken only where some episode predicts a reply token (`logits_to_keep`): an episode's pages are thousands of
+    tokens, its replies a few dozen, and a whole vocabulary at every position would not fit a GPU."""
     width = max(len(ids) for ids, _ in episodes)
     device = next(model.parameters()).device
     input_ids = torch.tensor([ids + [pad_token_id] * (width - len(ids)) for ids, _ in episodes], device=device)
     attention = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in episodes], device=device)
-    replies = torch.tensor([mask + [0] * (width - len(mask)) for _, mask in episodes], device=device)[:, 1:].bool()
-    logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].float()
+    mask = torch.tensor([mask + [0] * (width - len(mask)) for _, mask in episodes], device=device).bool()
+    targets = mask[:, 1:].any(0).nonzero().squeeze(-1) + 1  # positions of a reply token in some episode
+    logits = model(input_ids=input_ids, attention_mask=attention, logits_to_keep=targets - 1).logits.float()
     logprobs = logits.log_softmax(-1)
-    nll = -logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    nll = -logprobs.gather(-1, input_ids[:, targets, None]).squeeze(-1)
+    replies = mask[:, targets]
     with torch.no_grad():
         entropy = -(logprobs.exp() * logprobs).sum(-1)[replies].mean().item()
     return nll[replies].mean(), entropy

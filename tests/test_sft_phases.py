@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from helpers import RESUMABLE, ROOT, click_the_button, train_command, weights
 from metrics import METRICS_FILE, read_metrics
-from sft_phases import STATE_FILE, SftPhases
+from sft_phases import STATE_FILE, SftPhases, reply_loss
 
 
 def phases(**settings) -> SftPhases:
@@ -52,6 +52,20 @@ def test_the_buffer_keeps_the_latest_successes_and_a_step_draws_from_the_step_nu
     drawn = [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
     assert drawn == [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
     assert drawn[0] != drawn[1]  # each rank its own share, without replacement
+
+
+def test_the_phase_loss_is_the_reply_tokens_likelihood_with_logits_taken_only_where_needed(tiny_model):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    episodes = [([1, 5, 6, 7, 8, 9, 10, 11], [0, 0, 0, 1, 1, 0, 1, 1]), ([1, 12, 13, 14, 15], [0, 0, 1, 1, 0])]
+    loss, entropy = reply_loss(model, episodes, pad_token_id=0)
+    ids = torch.tensor([ids + [0] * (8 - len(ids)) for ids, _ in episodes])
+    attention = torch.tensor([[1] * len(ids) + [0] * (8 - len(ids)) for ids, _ in episodes])
+    replies = torch.tensor([mask + [0] * (8 - len(mask)) for _, mask in episodes]).bool()[:, 1:]
+    with torch.no_grad():
+        logprobs = model(input_ids=ids, attention_mask=attention).logits[:, :-1].log_softmax(-1)
+    expected = -logprobs.gather(-1, ids[:, 1:, None]).squeeze(-1)[replies].mean()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert entropy == pytest.approx((-(logprobs.exp() * logprobs).sum(-1))[replies].mean().item(), rel=1e-5)
 
 
 # RESUMABLE's run with a phase of two steps after every two GRPO steps, over six steps.
