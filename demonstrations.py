@@ -201,8 +201,7 @@ def record_mix(servers: ServerPool, tokenizer, task: str, seeds: range, replies:
     return right + [demonstration for of_reply in mixed for demonstration in of_reply]
 
 
-def main() -> None:
-    setup_logging()
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Record demonstrations of MiniWoB tasks by the scripted experts.")
     parser.add_argument(
         "--tasks", nargs="+", required=True, choices=sorted({*EXPERTS, *PLANS}), metavar="TASK", help="MiniWoB tasks"
@@ -219,10 +218,16 @@ def main() -> None:
     )
     parser.add_argument("--env_url", nargs="*", default=[], help="environment servers to use; none: start one")
     parser.add_argument("--output", required=True, help="the JSON-lines file to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     scripted = PLANS if args.replies else EXPERTS
     if missing := sorted(set(args.tasks) - set(scripted)):
         parser.error(f"no {'scripted plan' if args.replies else 'expert'} for {', '.join(missing)}")
+    return args
+
+
+def main() -> None:
+    setup_logging()
+    args = parse_args()
     # The experts write text and the file keeps text: any tokenizer carries the replies through the episode loop.
     tokenizer = build_tokenizer()
     seeds = range(args.first_seed, args.first_seed + args.episodes)

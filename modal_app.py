@@ -48,6 +48,7 @@ LOCAL_MODULES = (
     "tasks",
     "metrics",
     "rewards",
+    "sft_phases",
     "env_client",
     "env_protocol",
     "actions",

@@ -7,7 +7,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from env_client import BrowserGymEnv, LocalEnvServer
-from helpers import RESUMABLE, ROOT, train_command
+from helpers import RESUMABLE_WITH_PHASES, ROOT, train_command
 from metrics import THIRD_PARTY_WARNINGS
 from tiny_lfm2 import build_tiny_lfm2
 from warm_up import warm_up
@@ -52,10 +52,13 @@ def right_and_wrong(plan, step: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def uninterrupted_run(tmp_path_factory, half_right_model):
-    """The output directory of RESUMABLE's run of the half-right model, uninterrupted: where a resumed run must end."""
+    """The output directory of RESUMABLE_WITH_PHASES's run of the half-right model, uninterrupted: where a resumed
+    run must end. Its log is kept beside its checkpoints, in run.log."""
     output_dir = tmp_path_factory.mktemp("uninterrupted")
-    command = train_command(half_right_model, output_dir, *RESUMABLE)
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
+    command = train_command(half_right_model, output_dir, *RESUMABLE_WITH_PHASES)
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    (output_dir / "run.log").write_text(run.stderr)
+    assert run.returncode == 0, run.stderr[-3000:]
     return output_dir
 
 

@@ -48,6 +48,11 @@ RESUMABLE = (
 )
 
 
+# RESUMABLE with SFT phases (sft_phases.py): a phase of two steps after every two GRPO steps, over five steps. The
+# half-right model solves about half its episodes, so the phase comes at steps 3 and 4 and a checkpoint falls inside it.
+RESUMABLE_WITH_PHASES = (*RESUMABLE, "--max_steps", "5", "--sft_phase_steps", "2", "--sft_phase_every", "2")
+
+
 def weights(directory: Path) -> dict[str, torch.Tensor]:
     return load_file(directory / "model.safetensors")
 

@@ -23,7 +23,7 @@ import train
 from arguments import EnvArguments
 from env_client import ServerPool, open_server_pool
 from env_protocol import TOKEN_VARIABLE
-from helpers import RESUMABLE, ROOT, local_modules, third_party_distributions, weights
+from helpers import RESUMABLE_WITH_PHASES, ROOT, local_modules, third_party_distributions, weights
 
 
 def test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings():
@@ -94,7 +94,7 @@ def run_body_in_a_process(model, checkpoints_dir):
         "import sys, modal_app; modal_app.train_remote.local(open('configs/smoke.yaml').read(), 'run-b', sys.argv[1:])"
     )
     return subprocess.Popen(
-        [sys.executable, "-c", code, "--model_name_or_path", model, *RESUMABLE],
+        [sys.executable, "-c", code, "--model_name_or_path", model, *RESUMABLE_WITH_PHASES],
         cwd=ROOT,
         env={**os.environ, "BROWSER_RL_CHECKPOINTS": str(checkpoints_dir)},
         stderr=subprocess.PIPE,
@@ -120,16 +120,20 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_
     resumed_from = train.last_complete_checkpoint(run_dir)
     assert resumed_from is not None
     done_before = int(resumed_from.split("-")[-1])
-    assert done_before < 4
+    assert done_before < 5
 
     second = run_body_in_a_process(half_right_model, tmp_path)
     _, log = second.communicate(timeout=600)
     assert second.returncode == 0, log[-3000:]
     assert f"resuming from {resumed_from}" in log
-    assert len(re.findall(r"step \d/4 \|", log)) == 4 - done_before  # only the remaining steps were run
-    state = json.loads((run_dir / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["global_step"] == state["max_steps"] == 4
-    assert [e["step"] for e in state["log_history"] if "reward" in e] == [1, 2, 3, 4]
+    assert len(re.findall(r"step \d/5 \|", log)) == 5 - done_before  # only the remaining steps were run
+    state = json.loads((run_dir / "checkpoint-5" / "trainer_state.json").read_text())
+    assert state["global_step"] == state["max_steps"] == 5
+    whole_state = json.loads((uninterrupted_run / "checkpoint-5" / "trainer_state.json").read_text())
+    for kind in ("reward", "sft_phase/loss"):  # its GRPO steps and its SFT phase steps, as the whole run's
+        assert [e["step"] for e in state["log_history"] if kind in e] == [
+            e["step"] for e in whole_state["log_history"] if kind in e
+        ]
     # Steps after the checkpoint moved the weights, and the retry ended where an uninterrupted run ends.
     at_checkpoint, resumed, whole = weights(Path(resumed_from)), weights(run_dir), weights(uninterrupted_run)
     assert any(not torch.equal(at_checkpoint[name], resumed[name]) for name in resumed)

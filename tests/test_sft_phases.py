@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import RESUMABLE, ROOT, click_the_button, train_command, weights
+from helpers import RESUMABLE_WITH_PHASES, ROOT, click_the_button, train_command, weights
 from metrics import METRICS_FILE, read_metrics
 from sft_phases import STATE_FILE, SftPhases, reply_loss
 
@@ -68,30 +68,17 @@ def test_the_phase_loss_is_the_reply_tokens_likelihood_with_logits_taken_only_wh
     assert entropy == pytest.approx((-(logprobs.exp() * logprobs).sum(-1))[replies].mean().item(), rel=1e-5)
 
 
-# RESUMABLE's run with a phase of two steps after every two GRPO steps, over six steps.
-WITH_PHASES = (*RESUMABLE, "--max_steps", "6", "--sft_phase_steps", "2", "--sft_phase_every", "2")
-
-
-@pytest.fixture(scope="module")
-def run_with_phases(tmp_path_factory, half_right_model):
-    output_dir = tmp_path_factory.mktemp("with-phases")
-    run = subprocess.run(
-        train_command(half_right_model, output_dir, *WITH_PHASES), cwd=ROOT, capture_output=True, text=True, timeout=900
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return output_dir, run.stderr
-
-
 @pytest.mark.slow
-def test_a_phase_trains_on_the_runs_successes_and_is_logged(run_with_phases, tiny_model):
-    output_dir, log = run_with_phases
+def test_a_phase_trains_on_the_runs_successes_and_is_logged(uninterrupted_run, tiny_model):
+    """On conftest's uninterrupted run (RESUMABLE_WITH_PHASES), which test_modal_app.py also kills and resumes."""
+    output_dir, log = uninterrupted_run, (uninterrupted_run / "run.log").read_text()
     rows = read_metrics(output_dir / METRICS_FILE)
     phase_steps = [row["step"] for row in rows if "sft_phase/loss" in row]
     grpo_steps = [row["step"] for row in rows if "reward" in row]
-    assert phase_steps and len(phase_steps) % 2 == 0 and len(phase_steps) + len(grpo_steps) == 6
+    assert phase_steps and len(phase_steps) + len(grpo_steps) == 5
     first_phase = phase_steps[0]
     assert grpo_steps[:2] == [1, 2] and phase_steps[:2] == [first_phase, first_phase + 1]
-    assert re.search(rf"step {first_phase}/6 \| SFT phase 1 on \d+ successful episodes \| loss", log)
+    assert re.search(rf"step {first_phase}/5 \| SFT phase 1 on \d+ successful episodes \| loss", log)
     # The buffer at the phase's first step holds every success of the GRPO steps before it, and nothing else.
     before = [row for row in rows if row["step"] < first_phase and "reward" in row]
     solved_before = sum(round(8 * row["episodes/success_rate"]) for row in before)
@@ -111,19 +98,21 @@ def test_a_phase_trains_on_the_runs_successes_and_is_logged(run_with_phases, tin
 
 @pytest.mark.slow
 def test_a_run_resumed_inside_a_phase_plays_only_the_remaining_steps_and_ends_bit_identical(
-    run_with_phases, half_right_model, tmp_path
+    uninterrupted_run, half_right_model, tmp_path
 ):
-    uninterrupted, _ = run_with_phases
+    uninterrupted = uninterrupted_run
     rows = read_metrics(uninterrupted / METRICS_FILE)
     inside = next(row["step"] for row in rows if "sft_phase/loss" in row)  # after a phase's first step
     checkpoint = tmp_path / f"checkpoint-{inside}"
     shutil.copytree(uninterrupted / f"checkpoint-{inside}", checkpoint)
     state = json.loads((checkpoint / STATE_FILE).read_text())
     assert state["phase_end"] > inside  # the phase is not over at this checkpoint
-    command = train_command(half_right_model, tmp_path, *WITH_PHASES, "--resume_from_checkpoint", str(checkpoint))
+    command = train_command(
+        half_right_model, tmp_path, *RESUMABLE_WITH_PHASES, "--resume_from_checkpoint", str(checkpoint)
+    )
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
-    played = re.findall(r"step (\d)/6 \|", run.stderr)
-    assert played == [str(step) for step in range(inside + 1, 7)]  # the rest of the phase, then GRPO
+    played = re.findall(r"step (\d)/5 \|", run.stderr)
+    assert played == [str(step) for step in range(inside + 1, 6)]  # the rest of the phase, then GRPO
     resumed, whole = weights(tmp_path), weights(uninterrupted)
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)

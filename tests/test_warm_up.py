@@ -2,16 +2,21 @@
 demonstrations file, full or LoRA, into a model train.py starts from."""
 
 import math
+import shlex
 import subprocess
 import sys
 
 import pytest
 from transformers import AutoModelForCausalLM
+from trl import ModelConfig
 
-from demonstrations import FIRST_SEED, load, record_mix, save
+import demonstrations
+import warm_up
+from demonstrations import FIRST_SEED, DemonstrationsError, load, record_mix, save
 from env_client import ServerPool
 from helpers import ROOT
 from scripted_policy import Plan, a_third_right, plan
+from warm_up import WarmUpArguments, weak_start_config
 
 
 @pytest.mark.parametrize("actions, solved_share", [(1, 1 / 3), (2, 1 / 4), (3, 8 / 27)])
@@ -38,10 +43,11 @@ def test_a_mix_demonstrates_each_reply_at_every_step_of_the_plan(env_server, tok
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_warm_up_fine_tunes_a_demonstrations_file_into_a_model_train_py_starts_from(
-    env_server, tokenizer, tiny_model, tmp_path, lora
+def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_train_py_starts_from(
+    env_server, tokenizer, tiny_model, tmp_path
 ):
+    """The command line, LoRA merged into the model it writes; a full fine-tune through the same `fine_tune` builds
+    every weak start of the tests (conftest.py) and is checked on its own in test_learning.py."""
     demonstrations = tmp_path / "demos.jsonl"
     seeds = range(FIRST_SEED, FIRST_SEED + 4)
     save(record_mix(ServerPool([env_server.url]), tokenizer, "click-test", seeds, a_third_right), demonstrations)
@@ -49,7 +55,7 @@ def test_warm_up_fine_tunes_a_demonstrations_file_into_a_model_train_py_starts_f
     command = [sys.executable, "warm_up.py", "--demonstrations", str(demonstrations)]
     command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--max_steps", "3"]
     command += ["--per_device_train_batch_size", "2", "--report_to", "none", "--save_strategy", "no"]
-    command += ["--activation_checkpointing", "false", *(["--use_peft", "--lora_r", "4"] if lora else [])]
+    command += ["--activation_checkpointing", "false", "--use_peft", "--lora_r", "4"]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "4 demonstrations from" in run.stderr and "8 unsuccessful ones left out" in run.stderr
@@ -57,30 +63,21 @@ def test_warm_up_fine_tunes_a_demonstrations_file_into_a_model_train_py_starts_f
     warm = AutoModelForCausalLM.from_pretrained(tmp_path / "warm")  # a whole model, the adapter merged in
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert not (tmp_path / "warm" / "adapter_config.json").exists()
-    changed = [n for n, p in warm.named_parameters() if not p.equal(base.get_parameter(n))]
-    assert changed and (lora or len(changed) == len(list(base.parameters())))
+    assert any(not p.equal(base.get_parameter(n)) for n, p in warm.named_parameters())
 
 
-@pytest.mark.slow
-def test_the_command_line_records_the_experts_episodes_or_a_weak_starts_mix(env_server, tmp_path):
-    def recorded(*arguments: str) -> list:
-        command = [sys.executable, "demonstrations.py", "--env_url", env_server.url, "--episodes", "1", *arguments]
-        run = subprocess.run(
-            [*command, "--output", str(tmp_path / "d.jsonl")], cwd=ROOT, capture_output=True, text=True
-        )
-        assert run.returncode == 0, run.stderr[-3000:]
-        return load(tmp_path / "d.jsonl", keep_failed=True)
-
-    (expert,) = recorded("--tasks", "enter-text")
-    assert expert.solved and len(expert.turns) == 2 and expert.seed == FIRST_SEED
-    mix = recorded("--tasks", "click-test", "--replies", "one_right_of_eight")  # what `make smoke` starts from
-    assert len(mix) == 8 and mix[0].solved and [d.turns[0].reply for d in mix][-1] == "I will click the button."
+def test_make_smokes_recording_command_asks_for_the_mix_of_a_task_with_a_plan(capsys):
+    (line,) = [line for line in (ROOT / "Makefile").read_text().splitlines() if "$(PY) demonstrations.py" in line]
+    args = demonstrations.parse_args(shlex.split(line)[2:])  # after $(PY) demonstrations.py
+    assert (args.tasks, args.replies, args.episodes) == (["click-test"], "one_right_of_eight", 16)
+    with pytest.raises(SystemExit):  # an expert's recording of a task without one
+        demonstrations.parse_args(["--tasks", "click-test", "--output", "x.jsonl"])
+    assert "no expert for click-test" in capsys.readouterr().err
 
 
-def test_a_bad_demonstrations_file_stops_warm_up_with_its_errors(tiny_model, tmp_path):
+def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_model, tmp_path):
     (tmp_path / "demos.jsonl").write_text('{"version": 1}\n')
-    command = [sys.executable, "warm_up.py", "--demonstrations", str(tmp_path / "demos.jsonl")]
-    command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm")]
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 2
-    assert "warm_up.py: 6 error(s)" in run.stderr and "demos.jsonl line 1: task: Field required" in run.stderr
+    args = WarmUpArguments(demonstrations=str(tmp_path / "demos.jsonl"))
+    with pytest.raises(DemonstrationsError, match="6 error\\(s\\)") as error:
+        warm_up.main(args, weak_start_config(tmp_path, 1, 1, 1e-3), ModelConfig(model_name_or_path=tiny_model))
+    assert "demos.jsonl line 1: task: Field required" in str(error.value)

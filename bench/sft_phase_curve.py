@@ -1,7 +1,7 @@
 """SFT phases against entropy collapse, measured on the CPU: the smoke run (configs/smoke.yaml: the weak tiny LFM2 on
 click-test) with and without phases, the same seeds, side by side.
 
-    python bench/sft_phases.py            # two runs of 30 steps, about 10 minutes on two cores
+    python bench/sft_phase_curve.py        # two runs of 30 steps, about 3 minutes on two cores
 
 Prints, around each phase, the policy's entropy and success over the GRPO steps just before and just after it, the
 same steps of the run without phases beside them, and draws docs/sft_phases.png: entropy and success per step,
