@@ -135,11 +135,11 @@ def make_rollout_func(runner: EpisodeRunner, dataset: Dataset, sampler: TaskSamp
         }
         if environment_cpu:  # what the servers and their browsers spent, per episode begun on them
             metrics["environment/cpu_s_per_episode"] = sum(environment_cpu) / len(environment_cpu)
-        # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
-        # these reach metrics.jsonl, the step line and any configured tracker alike.
         if trainer.phases.enabled:  # every rank keeps every rank's successes, as they were played
             trainer.phases.keep(gather_object([(e.context(), e.reply_mask()) for e in episodes if e.solved]))
             metrics["sft_phase/buffer"] = len(trainer.phases.buffer)
+        # TRL's own metric buffer: averaged over the logging interval and logged with TRL's metrics, so
+        # these reach metrics.jsonl, the step line and any configured tracker alike.
         for name, value in metrics.items():
             trainer._metrics["train"][name].append(value)
         return {

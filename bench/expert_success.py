@@ -10,7 +10,6 @@ as the prompt shows it (max_page_chars). Seeds start at 3,000,000: apart from tr
 
 import argparse
 import contextlib
-import math
 import time
 from collections import Counter
 from contextlib import closing
@@ -18,6 +17,7 @@ from contextlib import closing
 from arguments import EnvArguments
 from demonstrations import Demonstration, record
 from env_client import open_server_pool
+from evaluate import wilson_interval
 from experts import EXPERTS, expert_policy
 from metrics import setup_logging
 from prompts import ChatTurns, compact_page
@@ -25,12 +25,6 @@ from rollout import EpisodeRunner
 from tiny_lfm2 import build_tokenizer
 
 FIRST_SEED = 3_000_000
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    centre = (successes + z * z / 2) / (n + z * z)
-    half = z * math.sqrt(successes * (n - successes) / n + z * z / 4) / (n + z * z)
-    return centre - half, centre + half
 
 
 def failure(demonstration: Demonstration) -> str:
@@ -74,7 +68,7 @@ def main() -> None:
             with closing(EpisodeRunner(servers, tokenizer, env)) as runner:
                 played = record(runner, specs, expert_policy(chat))
             solved = sum(d.solved for d in played)
-            low, high = wilson(solved, len(played))
+            low, high = wilson_interval(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)
             turns = sum(len(d.turns) for d in played) / len(played)
             pages = max(len(compact_page(turn.page)) for d in played for turn in d.turns)
