@@ -6,8 +6,8 @@ config is parsed, so that a mistake fails before a model is loaded."""
 import os
 from dataclasses import dataclass, field
 
-from env_protocol import MAX_SETTLE_MS, MINIWOB_TASKS
 from tasks import parse_tasks
+from web_env.models import MAX_SETTLE_MS, MINIWOB_TASKS
 
 
 @dataclass

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from arguments import EnvArguments
 from env_client import ServerPool, open_server_pool
-from env_protocol import MINIWOB_TASKS, BrowserGymObservation
 from experts import EXPERTS, expert_policy
 from generation import Reply, written
 from metrics import setup_logging
@@ -41,6 +40,7 @@ from rewards import solved
 from rollout import Episode, EpisodeRunner, Policy, add_outcome, add_reply, begin
 from scripted_policy import PLANS, REPLY_MIXES, Replies, choosing, plan
 from tiny_lfm2 import build_tokenizer
+from web_env.models import MINIWOB_TASKS, BrowserGymObservation
 
 log = logging.getLogger("demonstrations")
 

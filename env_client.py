@@ -16,7 +16,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from accelerate.utils import gather_object
@@ -24,7 +23,7 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from arguments import EnvArguments
-from env_protocol import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
+from web_env.models import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
 
@@ -68,8 +67,8 @@ def client_token(token: str | None = None) -> str | None:
 
 
 class LocalEnvServer:
-    """env_server.py as a child process for the length of a `with` block; its browsers go with it.
-    `server_args` go to env_server.py as they are (e.g. ["--idle-timeout-s", "60"])."""
+    """The environment server (`python -m web_env.server`) as a child process for the length of a `with` block; its
+    browsers go with it. `server_args` go to the server as they are (e.g. ["--idle_timeout_s", "60"])."""
 
     def __init__(self, max_sessions: int = 16, server_args: list[str] = (), startup_timeout_s: float = 180.0):
         self.max_sessions = max_sessions
@@ -86,9 +85,8 @@ class LocalEnvServer:
         self.stop()
 
     def start(self) -> None:
-        script = Path(__file__).with_name("env_server.py")
-        command = [sys.executable, str(script), "--port", self.url.rsplit(":", 1)[1]]
-        command += ["--max-sessions", str(self.max_sessions), "--parent-pid", str(os.getpid()), *self.server_args]
+        command = [sys.executable, "-m", "web_env.server", "--port", self.url.rsplit(":", 1)[1]]
+        command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid()), *self.server_args]
         # Its own process group, so that stopping it also stops the browsers it launched; and it watches
         # this process, so that it stops by itself if this one is killed.
         self._process = subprocess.Popen(command, start_new_session=True)

@@ -33,12 +33,11 @@ from transformers import TrainerCallback
 
 import train
 from env_client import LocalEnvServer, open_server_pool
-from env_protocol import TOKEN_VARIABLE
 from metrics import setup_logging
+from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
-# train.py and what it imports; and env_server.py, the context (with what it imports) from which the Dockerfile
-# builds the environment servers' image.
+# train.py and the recipe's modules it imports.
 LOCAL_MODULES = (
     "train",
     "arguments",
@@ -50,14 +49,10 @@ LOCAL_MODULES = (
     "rewards",
     "sft_phases",
     "env_client",
-    "env_protocol",
-    "actions",
-    "env_server",
-    "miniwob_env",
-    "page_actions",
-    "browser_setup",
 )
-DOCKERFILE = "Dockerfile"
+# The environment package, whole: the trainer imports its wire types and actions, and builds the environment
+# servers' image from its folder (server/Dockerfile, with the folder as the build context).
+ENVIRONMENT_PACKAGE = PROJECT_DIR / "web_env"
 SANDBOX_START_TIMEOUT_S = 600  # a sandbox's first start builds the image: minutes
 CHECKPOINT_VOLUME = "browser-rl-checkpoints"
 # Where the checkpoint volume is mounted; another directory only for running the body locally.
@@ -70,7 +65,7 @@ image = (
     .pip_install_from_pyproject(str(PROJECT_DIR / "pyproject.toml"), optional_dependencies=["gpu"])
     .env({"HF_HOME": HF_CACHE_DIR})
     .add_local_python_source(*LOCAL_MODULES)
-    .add_local_file(PROJECT_DIR / DOCKERFILE, f"/root/{DOCKERFILE}")
+    .add_local_python_source(ENVIRONMENT_PACKAGE.name, ignore=[])  # its page scripts and Dockerfile too
 )
 hf_cache = modal.Volume.from_name("browser-rl-hf-cache", create_if_missing=True)
 checkpoints = modal.Volume.from_name(CHECKPOINT_VOLUME, create_if_missing=True)
@@ -124,7 +119,7 @@ DEFAULT_OPTIONS = function_options(ModalArguments())
 
 
 class EnvServerSandbox:
-    """env_server.py in a Modal sandbox of its own, through OpenEnv's ModalProvider: a CPU container built from
+    """The environment server in a Modal sandbox of its own, through OpenEnv's ModalProvider: a CPU container built from
     the Dockerfile, on an https tunnel, refusing clients without the run's token. A restart replaces the sandbox,
     and with it the URL; ServerPool follows."""
 
@@ -135,7 +130,7 @@ class EnvServerSandbox:
             app_name=app.name,
             # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
             timeout=int(settings.modal_timeout_hours * 3600),
-            cmd=f"python env_server.py --host 0.0.0.0 --port 8000 --max-sessions {max_sessions}",
+            cmd=f"python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions {max_sessions}",
             cpu=settings.modal_env_cpu,
             memory=settings.modal_env_memory_mb,
             env_vars={TOKEN_VARIABLE: token},
@@ -144,7 +139,8 @@ class EnvServerSandbox:
         self.url: str | None = None
 
     def start(self) -> None:
-        image = ModalProvider.image_from_dockerfile(str(PROJECT_DIR / DOCKERFILE), context_dir=str(PROJECT_DIR))
+        dockerfile = ENVIRONMENT_PACKAGE / "server" / "Dockerfile"
+        image = ModalProvider.image_from_dockerfile(str(dockerfile), context_dir=str(ENVIRONMENT_PACKAGE))
         self.url = self.provider.start_container(image)
         self.provider.wait_for_ready(self.url, timeout_s=SANDBOX_START_TIMEOUT_S)
 

@@ -7,8 +7,8 @@ here talks to a server or a model: rollout.py hands the observations in and appe
 
 import re
 
-from actions import describe_actions
-from env_protocol import BrowserGymObservation
+from web_env.actions import describe_actions
+from web_env.models import BrowserGymObservation
 
 # The observation's fields the messages read: at reset a server is asked for these alone.
 OBSERVATION_FIELDS = ["goal", "axtree_txt", "error"]

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 
 from websockets.exceptions import ConnectionClosed
 
-from actions import parse_action
 from arguments import EnvArguments
 from env_client import BrowserGymEnv, ServerPool
-from env_protocol import BrowserGymAction, BrowserGymObservation
 from generation import GenerateFn, Reply
 from prompts import OBSERVATION_FIELDS, ChatTurns, feedback
 from rewards import solved
+from web_env.actions import parse_action
+from web_env.models import BrowserGymAction, BrowserGymObservation
 
 log = logging.getLogger("rollout")
 

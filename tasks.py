@@ -10,7 +10,7 @@ that a task nobody solves yet, or one that was mastered and is being forgotten, 
 import functools
 import random
 
-from env_protocol import MINIWOB_TASKS
+from web_env.models import MINIWOB_TASKS
 
 PRESETS = {
     # Tasks whose right action must be read from the page or the goal (ids and labels change with the seed);

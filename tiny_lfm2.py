@@ -26,7 +26,7 @@ import trl
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import Lfm2Config, Lfm2ForCausalLM, PreTrainedTokenizerFast
 
-from actions import describe_actions
+from web_env.actions import describe_actions
 
 # LFM2's own special tokens, in the order that gives them LFM2's ids (pad 0, bos 1, <|im_end|> 7).
 SPECIAL_TOKENS = [

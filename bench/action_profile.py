@@ -22,9 +22,9 @@ from pathlib import Path
 from env_profile import KINDS, cpu_by_kind
 from playwright._impl._connection import Connection
 
-import browser_setup
-from miniwob_env import BrowserWorker
-from page_actions import run_action
+from web_env.server import browser_setup
+from web_env.server.environment import BrowserWorker
+from web_env.server.page_actions import run_action
 
 PAGE = (Path(__file__).resolve().parents[1] / "tests" / "pages" / "actions.html").as_uri()
 # One action of each type the allowlist admits, each on an element that takes it; an action's setup runs first.
@@ -43,7 +43,7 @@ ACTIONS = {
 }
 
 
-# BrowserGym's code is run_action without its short path, as the server runs it with --browsergym-actions.
+# BrowserGym's code is run_action without its short path, as the server runs it with --browsergym_actions.
 PATHS = {"BrowserGym's code": partial(run_action, short_path=False), "run_action": run_action}
 
 

@@ -24,10 +24,10 @@ from browsergym.core.action.base import execute_python_code
 from browsergym.core.observation import _post_extract, _pre_extract, extract_dom_snapshot, extract_merged_axtree
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 
-import browser_setup
-from actions import action_code
-from miniwob_env import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 from scripted_policy import plan
+from web_env.actions import action_code
+from web_env.server import browser_setup
+from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
 KINDS = ("python", "node driver", "browser", "renderer", "other chromium")
 TREE_ONLY = ["goal", "axtree_txt", "error"]  # what the recipe's prompt reads

@@ -1,7 +1,7 @@
 """Soak: tens of thousands of episodes on one environment server, its process tree's memory and CPU sampled as they go.
 
     python bench/env_soak.py                                   # 20,000 episodes, 8 sessions
-    python bench/env_soak.py --episodes 4000 --server-args --reload-every 1    # every episode loaded afresh
+    python bench/env_soak.py --episodes 4000 --server-args --reload_every 1    # every episode loaded afresh
 
 Eight sessions play the page-reading tasks and click-test by their scripted plans, right or wrong, each session
 eight episodes of a task in a row (as a run's sessions mostly restart their page's task); one action in
@@ -25,8 +25,8 @@ import time
 import psutil
 
 from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading
-from env_protocol import BrowserGymAction
 from scripted_policy import PLANS, plan
+from web_env.models import BrowserGymAction
 
 TASKS = ["click-test", "click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"]
 RUN = 8  # episodes of one task in a row, per session

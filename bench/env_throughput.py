@@ -8,8 +8,8 @@ six page-reading tasks, each played by its scripted plan's right actions, up to 
 and a click). Episodes are played as the trainer plays them: groups of 4 episodes of one task instance, each group's
 task drawn at random. Setups:
 - the stock BrowserGym loop: gymnasium environments, one episode after another;
-- env_server.py loading every episode's page afresh (`--reload-every 1`, as before in-page restarts), restarting
-  episodes in the page with BrowserGym's code for every action (`--browsergym-actions`, as before page_actions.py),
+- env_server.py loading every episode's page afresh (`--reload_every 1`, as before in-page restarts), restarting
+  episodes in the page with BrowserGym's code for every action (`--browsergym_actions`, as before page_actions.py),
   and as it runs by default, each with 1 and with 8 sessions, driven by the recipe's own rollout code
   (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
 - env_server.py driven by OpenEnv's generic client, which asks for every field, one session, with BrowserGym's code
@@ -30,13 +30,13 @@ import psutil
 from browsergym.utils.obs import flatten_axtree_to_str
 from openenv.core.generic_client import GenericEnvClient
 
-import browser_setup
 from arguments import EnvArguments
 from env_client import LocalEnvServer, ServerPool, cpu_reading
 from rollout import EpisodeRunner
 from scripted_policy import following_plans, plan
 from tasks import PRESETS
 from tiny_lfm2 import build_tokenizer
+from web_env.server import browser_setup
 
 WORKLOADS = {"click-test": ["click-test"], "mix": PRESETS["page-reading"], "login-user": ["login-user"]}
 GROUP = 4  # episodes per task instance, as num_generations
@@ -116,8 +116,8 @@ def main() -> None:
         run = lambda w=workload: stock_loop(w, args.stock_episodes, 0)  # noqa: E731
         rows.append((workload, "stock BrowserGym loop", measure(args.stock_episodes, run)))
     for server_args, name in (
-        (["--reload-every", "1", "--browsergym-actions"], "env_server, page loaded every episode"),
-        (["--browsergym-actions"], "env_server, restarts in the page, BrowserGym's actions"),
+        (["--reload_every", "1", "--browsergym_actions"], "env_server, page loaded every episode"),
+        (["--browsergym_actions"], "env_server, restarts in the page, BrowserGym's actions"),
         ([], "env_server, restarts in the page"),
     ):
         with LocalEnvServer(max_sessions=8, server_args=server_args) as server:
@@ -128,7 +128,7 @@ def main() -> None:
                     run = lambda r=runner, w=workload, s=sessions: runner_loop(r, w, s, args.episodes, 0)  # noqa: E731
                     rows.append((workload, f"{name}, {sessions} session(s)", measure(args.episodes, run, server.url)))
                     runner.close()
-            if "--reload-every" not in server_args:
+            if "--reload_every" not in server_args:
                 for workload in ("click-test", "login-user"):
                     generic_client_loop(server.url, workload, 8, first_seed=30_000)
                     run = lambda w=workload: generic_client_loop(server.url, w, args.episodes, 0)  # noqa: E731

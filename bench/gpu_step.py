@@ -33,9 +33,9 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from transformers import Lfm2Config, Lfm2ForCausalLM, TrainerCallback
 
 from env_client import free_port
-from env_protocol import BrowserGymAction, BrowserGymObservation, BrowserGymState
 from metrics import with_training_time
 from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
+from web_env.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = Path(__file__).parent / "replay" / "episodes.jsonl"

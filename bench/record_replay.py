@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from env_client import BrowserGymEnv, LocalEnvServer
-from env_protocol import BrowserGymAction
 from prompts import OBSERVATION_FIELDS
 from scripted_policy import plan
+from web_env.models import BrowserGymAction
 
 TASKS = ["click-test", "click-button"]  # one right action each; click-test is config.yaml's task
 OUTPUT = Path(__file__).parent / "replay" / "episodes.jsonl"

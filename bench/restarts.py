@@ -35,10 +35,10 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import browser_setup
-from env_protocol import BrowserGymAction
-from miniwob_env import TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 from scripted_policy import PLANS, plan
+from web_env.models import BrowserGymAction
+from web_env.server import browser_setup
+from web_env.server.environment import TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
 FIELDS = ["goal", "axtree_txt", "error"]
 RESTARTED = "restarted in the page"

@@ -10,11 +10,11 @@ from safetensors.torch import load_file
 
 import generation
 from env_client import BrowserGymEnv
-from env_protocol import BrowserGymObservation
 from generation import Reply
 from prompts import ChatTurns
 from scripted_policy import plan
 from train import parse_args
+from web_env.models import BrowserGymObservation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,10 +97,13 @@ def third_party_distributions(*files: str) -> dict[str, set[str]]:
                 modules.add(node.module.split(".")[0])
     providers = importlib.metadata.packages_distributions()
     return {
-        m: {d.lower() for d in providers[m]}
-        for m in modules
-        if m not in sys.stdlib_module_names and not (ROOT / f"{m}.py").exists()
+        m: {d.lower() for d in providers[m]} for m in modules if m not in sys.stdlib_module_names and not is_local(m)
     }
+
+
+def is_local(module: str) -> bool:
+    """Whether a top-level module name is the project's own: a module or a package at the root."""
+    return (ROOT / f"{module}.py").exists() or (ROOT / module / "__init__.py").exists()
 
 
 def local_modules(*files: str) -> set[str]:
@@ -111,7 +114,7 @@ def local_modules(*files: str) -> set[str]:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 names = [node.module]
-            modules |= {n.split(".")[0] for n in names if (ROOT / f"{n.split('.')[0]}.py").exists()}
+            modules |= {n.split(".")[0] for n in names if is_local(n.split(".")[0])}
     return modules
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from actions import ALLOWED_ACTIONS, describe_actions, parse_action
+from web_env.actions import ALLOWED_ACTIONS, describe_actions, parse_action
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ import threading
 import pytest
 
 from env_client import BrowserGymEnv, ServerPool, client_token, free_port
-from env_protocol import TOKEN_VARIABLE
 from helpers import ROOT
+from web_env.models import TOKEN_VARIABLE
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import gymnasium as gym
 import pytest
 from browsergym.utils.obs import flatten_axtree_to_str
 
-import browser_setup
 from env_client import BrowserGymEnv
-from env_protocol import BrowserGymAction
 from scripted_policy import PLANS, plan
+from web_env.models import BrowserGymAction
+from web_env.server import browser_setup
 
 TASKS = sorted(PLANS)
 

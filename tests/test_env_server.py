@@ -15,10 +15,10 @@ from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
-import browser_setup
 from env_client import BrowserGymEnv, cpu_reading
-from env_protocol import MAX_SETTLE_MS, BrowserGymAction
 from helpers import chromium_processes, click_the_button
+from web_env.models import MAX_SETTLE_MS, BrowserGymAction
+from web_env.server import browser_setup
 
 
 def action(text: str) -> BrowserGymAction:

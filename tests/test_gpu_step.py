@@ -9,8 +9,8 @@ import pytest
 
 from bench.gpu_step import RECORDED, serve_replay
 from env_client import BrowserGymEnv
-from env_protocol import BrowserGymAction
 from helpers import ROOT
+from web_env.models import BrowserGymAction
 
 
 def test_the_replayed_episodes_are_solved_by_their_right_action_alone():

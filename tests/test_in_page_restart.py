@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import miniwob_env
 from bench import restarts
-from miniwob_env import LOADED_AFRESH, TASK_CLASSES
 from tasks import PRESETS
+from web_env.server import environment as miniwob_env
+from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
@@ -192,7 +192,7 @@ def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):
     with restarts.new_session(pool, reload_every=3) as session:
         outcomes = [reset(session, "click-test", seed) for seed in range(7)]
     assert [o["restarted_in_page"] for o in outcomes] == [False, True, True, False, True, True, False]
-    assert outcomes[3]["loaded_because"] == "the page has run 3 episodes (--reload-every 3)"
+    assert outcomes[3]["loaded_because"] == "the page has run 3 episodes (--reload_every 3)"
 
 
 def test_a_session_moves_to_a_new_browser_context_every_context_episodes(restarting, monkeypatch):

@@ -1,26 +1,83 @@
-"""The files' dependencies run one way: the wire contract is a leaf, and nothing that trains, evaluates or talks
-to a server loads the server (its browser pool, its Playwright patch, its app)."""
+"""Where each part runs, held by rules rather than lists: the environment package installs and runs on its own (what
+its container does), its wire types are a leaf, and nothing that trains, evaluates, records or launches loads the
+environment's server (its browsers, its Playwright patch, its app)."""
 
+import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
 
-from helpers import ROOT, local_modules
+from helpers import ROOT, local_modules, third_party_distributions
+
+ENVIRONMENT = ROOT / "web_env"
+
+
+def product_modules() -> list[str]:
+    """Every module of the recipe, its commands and its offline tooling: the top level's and its packages' but the
+    environment's."""
+    top = [path.stem for path in ROOT.glob("*.py")]
+    packages = [
+        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for package in ("browser_rl", "warm_start")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "__main__.py"
+    ]
+    return top + packages
 
 
 def test_the_wire_contract_imports_nothing_of_the_project():
-    assert local_modules("env_protocol.py") == set()
+    assert local_modules("web_env/models.py") == set()
 
 
-def test_importing_the_trainer_client_evaluation_or_cloud_boundary_loads_no_browser_code():
-    # One interpreter for all of them: a module that loaded browser code would load it beside the others too.
-    code = "import sys, train, evaluate, env_client, rollout, modal_app; "
-    code += "print(sorted({'env_server', 'miniwob_env', 'browser_setup'} & set(sys.modules)))"
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert loaded == "[]\n"
+def test_nothing_that_trains_evaluates_records_or_launches_loads_the_environment_server():
+    # One interpreter for all of them: a module that loaded the server would load it beside the others too.
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {product_modules()!r}]; "
+    code += "print(sorted(m for m in sys.modules if m.startswith('web_env.server')))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stdout == "[]\n"
 
 
-def test_every_top_level_module_is_installed_so_that_bench_scripts_import_it():
-    # bench/ scripts run with bench/ first on sys.path: they find the project's modules only as installed.
-    installed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["py-modules"]
-    assert sorted(installed) == sorted(path.stem for path in ROOT.glob("*.py"))
+def test_the_environment_package_installs_alone_and_its_server_runs_from_the_installed_copy(tmp_path):
+    """What its container does: the folder installed (its own pyproject.toml), then run from anywhere."""
+    installed, source = tmp_path / "site", tmp_path / "web_env"
+    shutil.copytree(ENVIRONMENT, source, ignore=shutil.ignore_patterns("__pycache__"))  # pip builds in the folder
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(installed)]
+    subprocess.run([*command, str(source)], check=True, capture_output=True)
+    assert sorted(p.name for p in (installed / "web_env/server/scripts").glob("*.js")) == sorted(
+        p.name for p in (ENVIRONMENT / "server/scripts").glob("*.js")
+    )
+    # The installed copy alone on the path (besides the dependencies), away from the project's folder.
+    path = os.pathsep.join([str(installed), *(p for p in sys.path if p and ROOT.as_posix() not in p)])
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "web_env.server", "--help"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "--max_sessions" in run.stdout
+    imported = subprocess.run(
+        [sys.executable, "-P", "-c", "import web_env.server.app as app; print(app.__file__)"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+    )
+    assert imported.stdout.startswith(str(installed)), imported.stderr[-3000:]
+
+
+def requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[ ;]", requirement)[0].lower() for requirement in requirements}
+
+
+def test_the_environment_package_declares_every_distribution_it_imports_and_the_recipe_installs_them():
+    declared = tomllib.loads((ENVIRONMENT / "pyproject.toml").read_text())["project"]["dependencies"]
+    files = [str(path.relative_to(ROOT)) for path in ENVIRONMENT.rglob("*.py")]
+    for module, distributions in third_party_distributions(*files).items():
+        assert distributions & requirement_names(declared), f"{module} ({distributions}) is not in web_env's pyproject"
+    recipe = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert set(declared) <= set(recipe)  # a local run starts the same server from the recipe's environment

@@ -22,8 +22,8 @@ import modal_app
 import train
 from arguments import EnvArguments
 from env_client import ServerPool, open_server_pool
-from env_protocol import TOKEN_VARIABLE
 from helpers import RESUMABLE_WITH_PHASES, ROOT, local_modules, third_party_distributions, weights
+from web_env.models import TOKEN_VARIABLE
 
 
 def test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings():
@@ -62,7 +62,7 @@ def test_a_mistake_in_the_modal_keys_fails_on_this_machine_before_a_gpu_is_rente
 def test_the_image_installs_every_dependency_of_the_code_it_runs():
     # The image installs pyproject.toml's dependencies and the gpu extra, and mounts LOCAL_MODULES.
     image_files = ["modal_app.py", *(f"{m}.py" for m in modal_app.LOCAL_MODULES)]
-    assert local_modules(*image_files) <= set(modal_app.LOCAL_MODULES)
+    assert local_modules(*image_files) <= {*modal_app.LOCAL_MODULES, modal_app.ENVIRONMENT_PACKAGE.name}
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = project["dependencies"] + project["optional-dependencies"]["gpu"]
     declared = {re.split(r"[<>=!~\[ ;]", r)[0].lower() for r in requirements}
@@ -217,13 +217,13 @@ def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the
         assert sdk.terminated == []
     assert sorted(sdk.terminated) == [0, 1, 2]  # all stopped with the run
     for sandbox in sdk.sandboxes:
-        assert sandbox["image"] == ("dockerfile", str(ROOT / "Dockerfile"), str(ROOT))
+        assert sandbox["image"] == ("dockerfile", str(ROOT / "web_env/server/Dockerfile"), str(ROOT / "web_env"))
         assert sandbox["env"] == {TOKEN_VARIABLE: "t0ken"}
         assert sandbox["ports"] == [8000] and sandbox["timeout"] == 6 * 3600
         assert sandbox["cpu"][1] == 6.0 and sandbox["memory"][1] == 8192  # the limits; Modal's small requests
-    started = [command for _, command in sdk.commands if "env_server.py" in command]
+    started = [command for _, command in sdk.commands if "web_env.server" in command]
     assert len(started) == 3
-    assert all("python env_server.py --host 0.0.0.0 --port 8000 --max-sessions 16" in c for c in started)
+    assert all("python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions 16" in c for c in started)
 
 
 def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(health_checks, monkeypatch):
@@ -261,7 +261,7 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
         f"https://sandbox-{i}.modal.run" for i in range(modal_app.ModalArguments().modal_env_servers)
     ]
     assert len(trained["token"]) == 32 and all(s["env"] == {TOKEN_VARIABLE: trained["token"]} for s in sdk.sandboxes)
-    assert f"--max-sessions {trained['batch']}" in sdk.commands[0][1]
+    assert f"--max_sessions {trained['batch']}" in sdk.commands[0][1]
     assert [type(c) for c in trained["callbacks"]] == [modal_app.CommitCheckpoints]
     # stopped when training ended
     assert sorted(sdk.terminated) == list(range(modal_app.ModalArguments().modal_env_servers))
@@ -319,8 +319,8 @@ def test_several_gpus_run_torchrun_on_sandboxes_sized_for_every_rank_committing_
     assert all(s["env"] == {TOKEN_VARIABLE: token} for s in sdk.sandboxes)
     # Every server can hold every rank's episodes: config.yaml's step on each of the 4 ranks.
     _, _, training_args, _ = train.parse_args(["--config", str(ROOT / "config.yaml")])
-    sessions = f"--max-sessions {4 * training_args.generation_batch_size}"
-    assert all(sessions in command for _, command in sdk.commands if "env_server.py" in command)
+    sessions = f"--max_sessions {4 * training_args.generation_batch_size}"
+    assert all(sessions in command for _, command in sdk.commands if "web_env.server" in command)
     assert len(commits) == 3 + 1  # one a wait, while the ranks train, and one at the end
     assert sorted(sdk.terminated) == list(range(servers))
 

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 from browsergym.core.action.base import execute_python_code
 
-import browser_setup
-import page_actions
-from actions import action_code
-from env_protocol import BrowserGymAction
-from miniwob_env import BrowserPool, BrowserWorker, MiniWoBEnvironment
-from page_actions import run_action
 from scripted_policy import plan
+from web_env.actions import action_code
+from web_env.models import BrowserGymAction
+from web_env.server import browser_setup, page_actions
+from web_env.server.environment import BrowserPool, BrowserWorker, MiniWoBEnvironment
+from web_env.server.page_actions import run_action
 
 PAGE = (Path(__file__).parent / "pages" / "actions.html").resolve().as_uri()
 # What the page shows of an action's outcome: the events it saw (with isTrusted), the focus, the scroll offsets and
@@ -186,7 +185,7 @@ def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monk
         assert seen in state["seen"]
 
 
-@pytest.mark.parametrize("browsergym_actions", [False, True], ids=["short path", "--browsergym-actions"])
+@pytest.mark.parametrize("browsergym_actions", [False, True], ids=["short path", "--browsergym_actions"])
 def test_the_environment_takes_the_short_path_unless_told_to_run_browsergym_code(monkeypatch, browsergym_actions):
     the_other_path = "acted_in_few_round_trips" if browsergym_actions else "execute_python_code"
     monkeypatch.setattr(page_actions, the_other_path, refuse)

@@ -1,5 +1,5 @@
-from env_protocol import BrowserGymObservation
 from prompts import SYSTEM_PROMPT, ChatTurns, feedback
+from web_env.models import BrowserGymObservation
 
 PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
 

@@ -144,9 +144,9 @@ def test_a_server_whose_parent_died_is_gone_even_when_its_shutdown_hangs():
     # rather than the server's ten, so that the test does not wait them out.
     grace_s = 1.0
     server = (
-        f"import os, signal, sys; parent = os.getppid(); sys.path.insert(0, {str(ROOT)!r}); import env_server; "
-        f"env_server.SHUTDOWN_GRACE_S = {grace_s}; "
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN); env_server.exit_with_parent(parent); "
+        f"import os, signal, sys; parent = os.getppid(); sys.path.insert(0, {str(ROOT)!r}); "
+        f"from web_env.server import app; app.SHUTDOWN_GRACE_S = {grace_s}; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); app.exit_with_parent(parent); "
         "print('watching', flush=True); signal.pause()"
     )
     parent = (

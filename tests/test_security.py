@@ -13,8 +13,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from env_client import BrowserGymEnv, LocalEnvServer
-from env_protocol import TOKEN_VARIABLE, BrowserGymAction
 from helpers import ROOT, chromium_processes, click_the_button, wait_for
+from web_env.models import TOKEN_VARIABLE, BrowserGymAction
 
 PWNED = Path("/tmp/browser-rl-pwned")
 
@@ -151,7 +151,7 @@ def test_beyond_max_sessions_a_client_gets_a_busy_error():
 
 
 def test_an_idle_session_is_closed_with_its_browser_context():
-    with LocalEnvServer(max_sessions=2, server_args=["--idle-timeout-s", "1"]) as server:
+    with LocalEnvServer(max_sessions=2, server_args=["--idle_timeout_s", "1"]) as server:
         with BrowserGymEnv(base_url=server.url).sync() as client:
             client.reset(seed=0)
             with_session = len(chromium_processes(server.pid))
@@ -209,7 +209,7 @@ def test_beyond_loopback_the_token_is_required(monkeypatch):
 def test_a_server_beyond_loopback_without_a_token_refuses_to_start(monkeypatch):
     monkeypatch.delenv(TOKEN_VARIABLE, raising=False)
     result = subprocess.run(
-        [sys.executable, "env_server.py", "--host", "0.0.0.0", "--port", "0"],
+        [sys.executable, "-m", "web_env.server", "--host", "0.0.0.0", "--port", "0"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -5,10 +5,10 @@ import collections
 import pytest
 
 import train
-from env_protocol import MINIWOB_TASKS
 from metrics import same_reward_share
 from rollout import Episode
 from tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks
+from web_env.models import MINIWOB_TASKS
 
 
 def test_a_task_list_takes_names_weights_and_presets():

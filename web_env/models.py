@@ -1,4 +1,4 @@
-"""What crosses the wire between env_server.py and its clients.
+"""What crosses the wire between the environment server (web_env.server) and its clients.
 
 OpenEnv's action, observation and state types for BrowserGym (the same fields as OpenEnv's public BrowserGym
 environment, so either side can talk to the other's counterpart), the variable that holds the server's

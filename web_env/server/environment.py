@@ -1,9 +1,9 @@
-"""The MiniWoB++ environment behind env_server.py: BrowserGym's tasks on a few long-lived browsers, one browser
+"""The MiniWoB++ environment behind the server (app.py): BrowserGym's tasks on a few long-lived browsers, one browser
 context per session, episodes restarted in the page the task already loaded, as an OpenEnv `Environment`.
 
 The task, its goal, the actions, their execution, the observation and the reward are BrowserGym's own; what this
 module changes is the browsers' lifecycle (see MiniWoBEnvironment) and what an observation costs. Hosting it (the
-app, the token, the process) is env_server.py's job.
+app, the token, the process) is app.py's job.
 """
 
 import threading
@@ -27,10 +27,18 @@ from openenv.core.env_server.interfaces import Environment
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
-from env_protocol import DEFAULT_TASK, MAX_SEED, MAX_SETTLE_MS, BrowserGymAction, BrowserGymObservation, BrowserGymState
-from page_actions import run_action
+from web_env.models import (
+    DEFAULT_TASK,
+    MAX_SEED,
+    MAX_SETTLE_MS,
+    BrowserGymAction,
+    BrowserGymObservation,
+    BrowserGymState,
+)
+from web_env.server.page_actions import run_action
+from web_env.server.scripts import page_script
 
-CLEAR_STORAGE = "() => { try { localStorage.clear(); sessionStorage.clear(); } catch (e) {} }"
+CLEAR_STORAGE = page_script("clear_storage.js")
 # The observation's fields a client can ask for at reset; screenshots come only with `screenshot=True`.
 OBSERVATION_FIELDS = ("text", "url", "goal", "axtree_txt", "pruned_html", "error", "last_action_error")
 RELOAD_EVERY = 100  # episodes restarted in one page before it is loaded afresh
@@ -166,156 +174,13 @@ class BrowserPool:
             worker.sessions -= 1
 
 
-# Installed in every page before the page's own scripts. MiniWoB's pages are built to run episode after episode: each
-# episode's generator (genProblem) rebuilds the task's area (#wrap) from whatever the last episode left there. What it
-# does not rebuild, this script puts back as a fresh load would have it (restore), from what it noted:
-# - from the page's load (the first episode's start): each form control's value, checked and selected state, and each
-#   element's scroll offsets;
-# - from each episode's start: the listeners it attaches to the nodes that outlive it, directly or through jQuery
-#   (which keeps its own list behind one listener per element and event, so that a handler added through it may call
-#   no addEventListener at all), and the timers and animation frames it starts; jQuery's running animations are
-#   finished first, and its animation ticker told it has stopped.
-# What a restart cannot put back, it detects: once the next episode's generator has run, what is on screen outside the
-# task's area, and how many jQuery handlers the loaded page's nodes hold, must be what the fresh load gave
-# (unlikeFreshLoad), or the page is loaded afresh. A datepicker, colour picker or menu left open by the last episode
-# shows on screen; a widget the generator makes once and keeps loses the handlers the restart took off.
-EPISODE_TRACKER = """(() => {
-  const add = EventTarget.prototype.addEventListener, remove = EventTarget.prototype.removeEventListener;
-  const setTimeout_ = window.setTimeout, setInterval_ = window.setInterval, frame_ = window.requestAnimationFrame;
-  const capture = (options) => typeof options === "boolean" ? options : Boolean(options && options.capture);
-  let survivors = null, listeners = [], handlers = [], timers = [], frames = [], asLoaded = null;
-  let freshScreen = "", freshHandlers = "";  // what the fresh load showed and bound once its first episode began
-  EventTarget.prototype.addEventListener = function (type, listener, options) {
-    if (survivors && survivors.has(this)) listeners.push([this, type, listener, capture(options)]);
-    return add.call(this, type, listener, options);
-  };
-  EventTarget.prototype.removeEventListener = function (type, listener, options) {
-    const match = ([t, y, l, c]) => t === this && y === type && l === listener && c === capture(options);
-    listeners = listeners.filter((entry) => !match(entry));
-    return remove.call(this, type, listener, options);
-  };
-  window.setTimeout = function () { const id = setTimeout_.apply(this, arguments); timers.push(id); return id; };
-  window.setInterval = function () { const id = setInterval_.apply(this, arguments); timers.push(id); return id; };
-  window.requestAnimationFrame = function () { const id = frame_.apply(this, arguments); frames.push(id); return id; };
-  const trackJQuery = ($) => {
-    const addHandler = $.event.add;
-    $.event.add = function (element, types, handler, data, selector) {
-      if (survivors && survivors.has(element)) {
-        const own = handler && handler.handler;  // jQuery also takes {handler, selector}
-        handlers.push([element, types, own ? handler.handler : handler, own ? handler.selector : selector]);
-      }
-      return addHandler.apply(this, arguments);
-    };
-    $.event.tracked = true;
-  };
-  // Form controls as loaded: BrowserGym's observations write each element's value and checked state into its
-  // attributes, and typing into a control marks its value as the user's, which the page's own later writes to the
-  // control's default (a text area's text, an input's value attribute) no longer show through. Both go back to how
-  // the page loaded them: the attributes, then the form's reset algorithm (run through a form made for it), then any
-  // value the page's own scripts had set at load.
-  const CONTROLS = "input:not([type=file]), textarea, select";
-  const setByScript = (e) => e instanceof HTMLOptionElement ? (e.selected !== e.defaultSelected ? [e.selected] : null)
-    : e.matches("input, textarea") && (e.value !== e.defaultValue || e.checked !== e.defaultChecked)
-      ? [e.value, e.checked] : null;
-  const keep = () => [...document.querySelectorAll("*")]
-    .map((e) => [e, e.getAttribute("value"), e.getAttribute("checked"), setByScript(e), e.scrollTop, e.scrollLeft]);
-  const setAttribute = (e, name, value) => value === null ? e.removeAttribute(name) : e.setAttribute(name, value);
-  const resetControls = (controls) => {
-    const form = document.createElement("form");
-    form.id = "browser-rl-reset";
-    document.body.append(form);
-    const owners = controls.map((e) => [e, e.getAttribute("form")]);
-    controls.forEach((e) => e.setAttribute("form", form.id));
-    form.reset();
-    owners.forEach(([e, owner]) => setAttribute(e, "form", owner));
-    form.remove();
-  };
-  const putBack = () => {
-    for (const [e, value, checked] of asLoaded) {
-      setAttribute(e, "value", value);
-      setAttribute(e, "checked", checked);
-    }
-    resetControls(asLoaded.map(([e]) => e).filter((e) => e.isConnected && e.matches(CONTROLS)));
-    for (const [e, , , state, top, left] of asLoaded) {
-      if (state && e instanceof HTMLOptionElement) e.selected = state[0];
-      else if (state) [e.value, e.checked] = state;
-      if (e.scrollTop !== top || e.scrollLeft !== left) e.scrollTo(left, top);
-    }
-  };
-  const label = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
-    + (typeof e.className === "string" && e.className.trim() ? "." + e.className.trim().split(/\\s+/)[0] : "");
-  const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
-  const onScreenOutside = () => {
-    const wrap = document.getElementById("wrap");
-    return [...document.body.querySelectorAll("*")].filter((e) => !(wrap && wrap.contains(e)) && shown(e));
-  };
-  // How many jQuery handlers of each event each node of the loaded page holds. A widget the task's generator makes
-  // once and keeps (jQuery UI's autocomplete, say) binds its handlers once: a restart that took them off would
-  // leave the widget dead, and the generator's next run does not bind them again.
-  const jqueryHandlers = () => {
-    const $ = window.jQuery;
-    if (!$ || !$._data) return "";
-    return [window, document, ...asLoaded.map(([e]) => e)].map((e) => Object.entries($._data(e, "events") || {})
-      .map(([type, bound]) => `${type} ${bound.length}`).join(",")).join(";");
-  };
-  const begin = () => {
-    asLoaded = asLoaded || keep();
-    if (window.jQuery && window.jQuery.event && !window.jQuery.event.tracked) trackJQuery(window.jQuery);
-    survivors = new WeakSet([window, document, ...document.querySelectorAll("*")]);
-    listeners = []; handlers = []; timers = []; frames = [];
-  };
-  window.__episode = {
-    begin,
-    noteFreshLoad() { freshScreen = onScreenOutside().map(label).join(" "); freshHandlers = jqueryHandlers(); },
-    restore() {
-      const $ = window.jQuery;
-      if ($ && $.timers && $.timers.length) $($.timers.map((timer) => timer.elem)).finish();
-      for (const [element, types, handler, selector] of handlers.reverse()) {
-        $.event.remove(element, types, handler, selector);
-      }
-      for (const [target, type, listener, capture] of listeners) remove.call(target, type, listener, capture);
-      timers.forEach((id) => { clearTimeout(id); clearInterval(id); });
-      frames.forEach((id) => cancelAnimationFrame(id));
-      if ($ && $.fx) $.fx.stop();  // its ticker was one of the timers: the next animation starts it again
-      putBack();
-    },
-    // Why the page, its next episode begun, is not what the fresh load gave; "" if it is, as far as can be seen.
-    unlikeFreshLoad() {
-      const now = onScreenOutside();
-      if (now.map(label).join(" ") !== freshScreen) {
-        const outermost = new Set(now.filter((e) => !now.includes(e.parentElement)).map(label));
-        return `the last episode left on screen, outside the task's area: ${[...outermost].join(", ")}`;
-      }
-      if (jqueryHandlers() !== freshHandlers) return "the page's jQuery handlers are not those of the fresh load";
-      return "";
-    },
-  };
-  window.addEventListener("load", () => setTimeout_(begin, 0));  // the first episode begins after the page's onload
-})();"""
+# Installed in every page before the page's own scripts: puts back at each restart what MiniWoB's episode generator
+# does not rebuild, and says when a restart cannot give the page a fresh load would (the file says how).
+EPISODE_TRACKER = page_script("episode_tracker.js")
 
-# A new episode in the page the task has loaded, as MiniWoB's own instances start one (end the running episode, seed,
-# startEpisodeReal), with what BrowserGym's setup does besides, and what else a fresh load would have cleared (see
-# EPISODE_TRACKER): BrowserGym's element ids, storage and focus. [ready, goal], or why the page must be loaded afresh.
-RESTART = """([seed, maxTime]) => {
-  if (!window.__episode || !window.core || !window.removeDisplay) return "the page has no MiniWoB episode to restart";
-  core.endEpisode(0);
-  window.__episode.restore();
-  delete window.browsergym_elem_counter;
-  delete window.browsergym_frame_id_generator;
-  for (const name of ["bid", "browsergym_visibility_ratio", "browsergym_set_of_marks"]) {
-    for (const element of document.querySelectorAll(`[${name}]`)) element.removeAttribute(name);
-  }
-  try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}
-  window.focus();  // the document may have lost the focus (a Tab past its last element), as a new one has it
-  if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
-  window.__episode.begin();
-  Math.seedrandom(seed);
-  core.EPISODE_MAX_TIME = maxTime;
-  core.startEpisodeReal();
-  const unlike = window.__episode.unlikeFreshLoad();
-  if (unlike) return unlike;
-  return [WOB_TASK_READY, core.getUtterance()];
-}"""
+# A new episode in the page the task has loaded, as MiniWoB's own instances start one: [ready, goal], or why the page
+# must be loaded afresh.
+RESTART = page_script("restart.js")
 
 
 class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
@@ -449,7 +314,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if task.subdomain in LOADED_AFRESH:
             return None, f"listed in LOADED_AFRESH: {LOADED_AFRESH[task.subdomain]}"
         if self._episodes_in_page >= self._reload_every:
-            return None, f"the page has run {self._episodes_in_page} episodes (--reload-every {self._reload_every})"
+            return None, f"the page has run {self._episodes_in_page} episodes (--reload_every {self._reload_every})"
         if self._page.url != task.url:
             return None, f"the page left the task's URL for {self._page.url}"
         try:

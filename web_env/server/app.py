@@ -1,14 +1,14 @@
 """Serves MiniWoB++ tasks from BrowserGym as an OpenEnv environment (FastAPI + WebSocket).
 
-    python env_server.py --port 8000            # loopback only; GET /health answers when ready
+    python -m web_env.server --port 8000        # loopback only; GET /health answers when ready
 
 Wire-compatible with OpenEnv's public BrowserGym environment: the action is {"action_str": "click('13')"},
 and observations carry goal, axtree_txt, pruned_html, text, url, error, last_action_error, reward, done.
-Each WebSocket session gets its own browser context on one of a few long-lived browsers (miniwob_env.py);
+Each WebSocket session gets its own browser context on one of a few long-lived browsers (environment.py);
 `reset` takes `task_name`, `seed`, and `screenshot=True` for a screenshot.
 
 This module is the hosting: the app and its token, the command line, and stopping with the process that started it.
-The environment itself is miniwob_env.py's; the browser set-up (Chromium, the task pages) browser_setup.py's.
+The environment itself is environment.py's; the browser set-up (Chromium, the task pages) browser_setup.py's.
 """
 
 import argparse
@@ -26,9 +26,9 @@ import uvicorn
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
-import browser_setup
-from env_protocol import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
-from miniwob_env import RELOAD_EVERY, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from web_env.models import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
+from web_env.server import browser_setup
+from web_env.server.environment import RELOAD_EVERY, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
 log = logging.getLogger("env_server")
 
@@ -137,24 +137,24 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--task", default=os.environ.get("BROWSERGYM_TASK_NAME", DEFAULT_TASK), help="default task")
-    parser.add_argument("--max-sessions", type=int, default=16, help="concurrent WebSocket sessions")
+    parser.add_argument("--max_sessions", type=int, default=16, help="concurrent WebSocket sessions")
     parser.add_argument(
         "--browsers", type=int, default=min(4, os.cpu_count() or 1), help="Chromium processes shared by the sessions"
     )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
-    parser.add_argument("--parent-pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
+    parser.add_argument("--parent_pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
     parser.add_argument(
-        "--settle-ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
+        "--settle_ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
     )
-    parser.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long (0: never)")
+    parser.add_argument("--idle_timeout_s", type=float, default=600.0, help="close a session idle this long (0: never)")
     parser.add_argument(
-        "--reload-every",
+        "--reload_every",
         type=int,
         default=RELOAD_EVERY,
         help="load a task's page afresh every N episodes, restarting the episodes between in the page (1: every time)",
     )
     parser.add_argument(
-        "--browsergym-actions",
+        "--browsergym_actions",
         action="store_true",
         help="run every action with BrowserGym's own code, not page_actions.py's shorter path (slower; to compare)",
     )
@@ -175,7 +175,7 @@ def main() -> None:
         exit_with_parent(args.parent_pid)
     browser_setup.prepare()
     if args.reload_every < 1:
-        parser.error(f"--reload-every must be at least 1, got {args.reload_every}")
+        parser.error(f"--reload_every must be at least 1, got {args.reload_every}")
     app = build_app(args, token)
     log.info(
         "serving MiniWoB (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, "

@@ -1,0 +1,3 @@
+from web_env.server.app import main
+
+main()

@@ -1,0 +1,97 @@
+"""BrowserGym's actions run on a page, the common ones in a few round trips where Playwright takes about a dozen, with
+the same outcome.
+
+BrowserGym runs `click('12')` as Playwright's `get_by_test_id('12').count()` and `.click(timeout=500)`. The click
+goes from Python to Playwright's Node driver, which asks Chromium in turn: find the element, wait until it is visible,
+enabled and stable over two animation frames, scroll it into view, measure its box and the viewport, check the element
+is what the pointer would hit at the box's centre, set up a listener that checks that again as the events land,
+move, press and release the mouse, read back the listener's verdict and release the handles: each a round trip of a
+few milliseconds of CPU across the three processes (bench/action_profile.py counts them for every action type).
+
+For click, dblclick and hover on an element of the main frame, and fill of a text input, one call in the page
+(ELEMENT_CHECK) does Playwright's checks and returns the point, and Playwright's page-level mouse or keyboard puts the
+input in: trusted events, the same pipelined move, press and release (or inserted text) the element's own path
+sends, and the mouse's position kept where Playwright keeps it. The check asks more than Playwright does, never less:
+wherever Playwright would have waited, retried, scrolled or refused (not exactly one element, not visible, possibly
+disabled or read-only, moving, not wholly in view, covered at its centre, a box in several pieces, an input typed
+some other way), or the action is another one or has options, BrowserGym's own code runs, so waits, timeouts and
+error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each action type on both paths.
+"""
+
+from browsergym.core.action.base import execute_python_code
+from browsergym.core.action.parsers import highlevel_action_parser
+
+from web_env.actions import action_code
+from web_env.server.scripts import page_script
+
+# Playwright's checks of an element in one call in the page: the point to act at, true for a fill made ready, or null
+# where BrowserGym's code must run (the file says which checks, and where each comes from).
+ELEMENT_CHECK = page_script("element_check.js")
+HIT_VERDICT = page_script("hit_verdict.js")
+
+# The pointer actions the check serves: the events whose first landing is checked (Playwright's
+# kMouseHitTargetInterceptorEvents and kHoverHitTargetInterceptorEvents), the input, and the locator call
+# BrowserGym's function makes (browsergym.core.action.functions), for Playwright's retry.
+MOUSE_EVENTS = ["mousedown", "mouseup", "pointerdown", "pointerup", "click", "auxclick", "dblclick", "contextmenu"]
+POINTER_ACTIONS = {
+    "click": (
+        MOUSE_EVENTS,
+        lambda mouse, x, y: mouse.click(x, y),
+        lambda element: element.click(button="left", modifiers=[], force=False, timeout=500),
+    ),
+    "dblclick": (
+        MOUSE_EVENTS,
+        lambda mouse, x, y: mouse.dblclick(x, y),
+        lambda element: element.dblclick(button="left", modifiers=[], force=False, timeout=500),
+    ),
+    "hover": (
+        ["mousemove"],
+        lambda mouse, x, y: mouse.move(x, y),
+        lambda element: element.hover(force=False, timeout=500),
+    ),
+}
+
+
+def run_action(page, action_str: str, short_path: bool = True) -> None:
+    """Run one action of the allowlist on `page` as BrowserGym does (`short_path=False`: always with BrowserGym's own
+    code); raises what BrowserGym raises, and ValueError for an action the allowlist refuses (actions.action_code)."""
+    code = action_code(action_str)
+    if not (short_path and acted_in_few_round_trips(page, action_str)):
+        execute_python_code(code, page, send_message_to_user=None, report_infeasible_instructions=None)
+
+
+def acted_in_few_round_trips(page, action_str: str) -> bool:
+    """Whether the action was one the check serves and vouched for, and is done; False, with nothing done (or the
+    action's events stopped, as Playwright stops them), for BrowserGym's code to run."""
+    ((name, args),) = highlevel_action_parser.parse_string(action_str).as_list()
+    # Only the plain call on an element of the main frame; options, or a frame's element, go BrowserGym's way.
+    if not args or not all(type(arg) is str for arg in args) or not args[0].isdigit():
+        return False
+    if name in POINTER_ACTIONS and len(args) == 1:
+        return pointed(page, name, args[0])
+    if name == "fill" and len(args) == 2:
+        return filled(page, *args)
+    return False
+
+
+def pointed(page, name: str, bid: str) -> bool:
+    events, pointer_input, locator_action = POINTER_ACTIONS[name]
+    point = page.evaluate(ELEMENT_CHECK, [bid, name, events])
+    if point is None:
+        return False
+    pointer_input(page.mouse, *point)
+    if not page.evaluate(HIT_VERDICT):  # the page changed under the pointer: Playwright retries, as here
+        locator_action(page.get_by_test_id(bid))
+    return True
+
+
+def filled(page, bid: str, value: str) -> bool:
+    """Playwright's fill of a text input or area: the check selects its text and focuses it, and the value replaces
+    the selection as inserted text (Input.insertText), or a Delete key empties it."""
+    if not page.evaluate(ELEMENT_CHECK, [bid, "fill", []]):
+        return False
+    if value:
+        page.keyboard.insert_text(value)
+    else:
+        page.keyboard.press("Delete")
+    return True
