@@ -44,14 +44,14 @@ chromium: $(VENV)/installed
 		$(PY) -m playwright install chromium; \
 	fi
 
-.cache/tiny-lfm2/config.json: $(VENV)/installed tiny_lfm2.py
-	$(PY) tiny_lfm2.py --output .cache/tiny-lfm2
+.cache/tiny-lfm2/config.json: $(VENV)/installed warm_start/tiny_lfm2.py
+	$(PY) -m warm_start.tiny_lfm2 --output .cache/tiny-lfm2
 
 # The smoke run's starting policy: the tiny model fine-tuned on click-test episodes to write actions, right one time
 # in four or so (configs/warm_up/smoke.yaml). Built once, a minute on two cores.
-.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml warm_up.py demonstrations.py scripted_policy.py rollout.py
-	$(PY) demonstrations.py --tasks click-test --episodes 16 --replies one_right_of_eight --output .cache/smoke-start.jsonl
-	$(PY) warm_up.py --config configs/warm_up/smoke.yaml
+.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml $(wildcard warm_start/*.py) browser_rl/rollout.py browser_rl/prompts.py
+	$(PY) -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 --replies one_right_of_eight
+	$(PY) -m warm_start.warm_up --config configs/warm_up/smoke.yaml
 
 smoke: setup .cache/smoke-start/config.json
 	$(PY) train.py --config configs/smoke.yaml

@@ -8,8 +8,8 @@
 The YAML is read here, on your machine, and shipped with the call, so the file you edited is what runs;
 its `modal_*` keys choose the GPU, timeout, retries and secrets, and how many environment servers to start.
 Those run apart from the GPU, each in a CPU container of its own (a Modal sandbox, started with OpenEnv's
-ModalProvider from this project's Dockerfile), reached over an encrypted tunnel with a token made for the run;
-a config with `env_url` uses those servers instead. Each run writes to its own directory in the
+ModalProvider from the environment package's Dockerfile), reached over an encrypted tunnel with a token made for
+the run; a config with `env_url` uses those servers instead. Each run writes to its own directory in the
 `browser-rl-checkpoints` volume, committed at every checkpoint; when Modal retries a failed or preempted
 attempt, the retry resumes from the latest checkpoint there, with the global step, optimizer, scheduler
 and RNG state restored. With several GPUs (`modal_gpu: TYPE:N`), the function starts the environment servers for
@@ -23,7 +23,6 @@ import os
 import secrets
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import modal
@@ -32,24 +31,16 @@ from openenv.core.containers.runtime.modal_provider import ModalProvider
 from transformers import TrainerCallback
 
 import train
-from env_client import LocalEnvServer, open_server_pool
-from metrics import setup_logging
+from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.metrics import setup_logging
+from browser_rl.options import ModalArguments
+from browser_rl.servers import open_server_pool
+from env_client import LocalEnvServer
 from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
-# train.py and the recipe's modules it imports.
-LOCAL_MODULES = (
-    "train",
-    "arguments",
-    "rollout",
-    "generation",
-    "prompts",
-    "tasks",
-    "metrics",
-    "rewards",
-    "sft_phases",
-    "env_client",
-)
+# What the GPU's container runs: train.py, the top-level modules it imports and the recipe's package.
+RECIPE = ("train", "env_client", "rewards", "browser_rl")
 # The environment package, whole: the trainer imports its wire types and actions, and builds the environment
 # servers' image from its folder (server/Dockerfile, with the folder as the build context).
 ENVIRONMENT_PACKAGE = PROJECT_DIR / "web_env"
@@ -64,45 +55,12 @@ image = (
     modal.Image.debian_slim(python_version="3.11")  # no browser: the environment servers run elsewhere
     .pip_install_from_pyproject(str(PROJECT_DIR / "pyproject.toml"), optional_dependencies=["gpu"])
     .env({"HF_HOME": HF_CACHE_DIR})
-    .add_local_python_source(*LOCAL_MODULES)
+    .add_local_python_source(*RECIPE)
     .add_local_python_source(ENVIRONMENT_PACKAGE.name, ignore=[])  # its page scripts and Dockerfile too
 )
 hf_cache = modal.Volume.from_name("browser-rl-hf-cache", create_if_missing=True)
 checkpoints = modal.Volume.from_name(CHECKPOINT_VOLUME, create_if_missing=True)
 app = modal.App("browser-rl", image=image)
-
-
-@dataclass
-class ModalArguments:
-    """Where `modal run modal_app.py` runs a config: its `modal_*` keys, parsed with the rest of the file."""
-
-    modal_gpu: str = field(
-        default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100; TYPE:N for N GPUs (torchrun)"}
-    )
-    modal_timeout_hours: float = field(default=6.0, metadata={"help": "wall-clock limit of one attempt"})
-    modal_retries: int = field(default=3, metadata={"help": "attempts after a failure or preemption; each resumes"})
-    modal_secrets: list[str] = field(
-        default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
-    )
-    # Sized for config.yaml's step of 256 episodes (docs/environment.md, "Sizing"): 16 cores for its 25-80
-    # CPU-seconds, 64 sessions a server at about 55 MiB each.
-    modal_env_servers: int = field(
-        default=4, metadata={"help": "environment servers, each in a CPU container of its own (without env_url)"}
-    )
-    modal_env_cpu: float = field(default=4.0, metadata={"help": "CPU cores each environment server may use"})
-    modal_env_memory_mb: int = field(default=8192, metadata={"help": "memory each environment server may use"})
-
-    def __post_init__(self):
-        if self.modal_env_servers < 1:
-            raise ValueError(f"modal_env_servers must be at least 1, got {self.modal_env_servers}")
-        self.gpus()  # a mistake in the count fails here
-
-    def gpus(self) -> int:
-        """How many GPUs modal_gpu asks for: H100:4 -> 4, L4 -> 1."""
-        _, colon, count = self.modal_gpu.partition(":")
-        if colon and not (count.isdigit() and int(count) >= 1):
-            raise ValueError(f"modal_gpu: expected TYPE or TYPE:N with N a positive count, got {self.modal_gpu!r}")
-        return int(count) if colon else 1
 
 
 def function_options(settings: ModalArguments) -> dict:
@@ -125,7 +83,7 @@ class EnvServerSandbox:
 
     startup_timeout_s = SANDBOX_START_TIMEOUT_S
 
-    def __init__(self, settings: ModalArguments, max_sessions: int, token: str, adapter=None):
+    def __init__(self, settings: ModalArguments, max_sessions: int, token: str):
         self.provider = ModalProvider(
             app_name=app.name,
             # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
@@ -134,7 +92,6 @@ class EnvServerSandbox:
             cpu=settings.modal_env_cpu,
             memory=settings.modal_env_memory_mb,
             env_vars={TOKEN_VARIABLE: token},
-            _adapter=adapter,  # tests stand in for Modal's SDK here
         )
         self.url: str | None = None
 
@@ -174,33 +131,34 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
     config_path = run_dir / "config.yaml"
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
-    env_args, rollout_args, training_args, model_args, settings = train.parse_args(args, launcher=ModalArguments)
+    *recipe, settings = parse_command_line((*train.OPTIONS, ModalArguments), args)
+    _, _, servers, _, training_args, _ = recipe
     new_server, callbacks, commit = LocalEnvServer, [], lambda: None
     if not modal.is_local():
         callbacks, commit = [CommitCheckpoints()], checkpoints.commit
-        if not env_args.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
-            env_args.env_servers, env_args.env_token = settings.modal_env_servers, secrets.token_hex(16)
-            new_server = functools.partial(EnvServerSandbox, settings, token=env_args.env_token)
+        if not servers.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
+            servers.env_servers, servers.env_token = settings.modal_env_servers, secrets.token_hex(16)
+            new_server = functools.partial(EnvServerSandbox, settings, token=servers.env_token)
     if settings.gpus() == 1:
-        train.main(env_args, rollout_args, training_args, model_args, callbacks, new_server)
+        train.main(*recipe, callbacks, new_server)
     else:
-        train_on_ranks(settings.gpus(), args, env_args, training_args, new_server, commit)
+        train_on_ranks(settings.gpus(), args, servers, training_args, new_server, commit)
     commit()
     return run_name
 
 
-def train_on_ranks(ranks: int, args: list[str], env_args, training_args, new_server, commit) -> None:
+def train_on_ranks(ranks: int, args: list[str], servers, training_args, new_server, commit) -> None:
     """train.py under torchrun, one rank per GPU, on environment servers started here for every rank's episodes.
     The ranks are processes of their own, which cannot commit the volume: it is committed every COMMIT_EVERY_S
     meanwhile (a checkpoint caught half written is passed over on resume), and a failed launch fails the attempt,
     so that Modal retries it."""
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, env_args, training_args.generation_batch_size * ranks, new_server)
+        pool = open_server_pool(stack, servers, training_args.generation_batch_size * ranks, new_server)
         command = [
             *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)),
-            *(train.__file__, *args, "--env_url", ",".join(servers.urls)),
+            *(train.__file__, *args, "--env_url", ",".join(pool.urls)),
         ]
-        token = {TOKEN_VARIABLE: env_args.env_token} if env_args.env_token else {}  # kept off the command line
+        token = {TOKEN_VARIABLE: servers.env_token} if servers.env_token else {}  # kept off the command line
         ranks_process = subprocess.Popen(command, env=os.environ | token)
         while True:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -218,13 +176,13 @@ def run_name_for(config: dict) -> str:
 
 @app.local_entrypoint()
 def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""):
+    run_command("modal_app.py", lambda: launch(config, use_peft, run_name))
+
+
+def launch(config: str, use_peft: bool, run_name: str) -> None:
     extra_args = ["--use_peft"] if use_peft else []
     # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
-    try:
-        *_, settings = train.parse_args(["--config", config, *extra_args], launcher=ModalArguments)
-    except train.ConfigError as error:
-        print(f"modal_app.py: configuration error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    *_, settings = parse_command_line((*train.OPTIONS, ModalArguments), ["--config", config, *extra_args])
     config_yaml = Path(config).read_text()
     run_name = run_name or run_name_for(yaml.safe_load(config_yaml))
     print(f"run {run_name}: {config} on a Modal {settings.modal_gpu}, up to {settings.modal_retries} retries")

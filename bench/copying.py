@@ -9,7 +9,8 @@ shown only right actions, never writes the goal's text into a box and does not m
 to copy, and the randomly initialised model does not learn to. A real language model arrives able to, from
 pretraining. This asks whether the tiny one can be given that ability
 first, cheaply, on synthetic text that holds no MiniWoB page, goal or action, only MiniWoB's words and element ids
-(tiny_lfm2.py's `miniwob_vocabulary`), with every answer token supervised so that each sequence teaches many times:
+(warm_start/tiny_lfm2.py's `miniwob_vocabulary`), with every answer token supervised so that each sequence teaches
+many times:
 
 - repeat: random words and ids, then the same again; every token of the repeat needs the model to find where the
   current token appeared before and write what came after it (the induction mechanism of pretrained LMs).
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from tiny_lfm2 import build_model, build_tokenizer, miniwob_words
+from warm_start.tiny_lfm2 import build_model, build_tokenizer, miniwob_words
 
 WIDTH, LAYERS = 256, 4  # the full learning benchmark's model
 BATCH_SIZE, LEARNING_RATE, WARMUP_STEPS = 32, 1e-3, 100

@@ -3,9 +3,10 @@
     python bench/env_profile.py                          # click-button, 40 times each part
     python bench/env_profile.py --task click-test --times 100
 
-Each part runs `--times` times in one session of miniwob_env.py's environment, in this process, and is charged the
-CPU time of every process involved, split by kind: this process (the environment's Python, Playwright's client),
-Playwright's Node driver, Chromium's browser process, its renderers, and its other processes (GPU, utility). The
+Each part runs `--times` times in one session of the server's environment (web_env/server/environment.py), in this
+process, and is charged the CPU time of every process involved, split by kind: this process (the environment's
+Python, Playwright's client), Playwright's Node driver, Chromium's browser process, its renderers, and its other
+processes (GPU, utility). The
 parts: a reset (its observation included) that loads the task's page and one that restarts the episode in the page,
 each with every field of the observation and with the accessibility tree alone; the observation alone; its pieces
 as BrowserGym computes them (marking the elements with their ids and unmarking, the accessibility tree, the DOM
@@ -24,7 +25,7 @@ from browsergym.core.action.base import execute_python_code
 from browsergym.core.observation import _post_extract, _pre_extract, extract_dom_snapshot, extract_merged_axtree
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 
-from scripted_policy import plan
+from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.server import browser_setup
 from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, MiniWoBEnvironment

@@ -1,15 +1,15 @@
 """Soak: tens of thousands of episodes on one environment server, its process tree's memory and CPU sampled as they go.
 
     python bench/env_soak.py                                   # 20,000 episodes, 8 sessions
-    python bench/env_soak.py --episodes 4000 --server-args --reload_every 1    # every episode loaded afresh
+    python bench/env_soak.py --episodes 4000 --server_args --reload_every 1    # every episode loaded afresh
 
 Eight sessions play the page-reading tasks and click-test by their scripted plans, right or wrong, each session
 eight episodes of a task in a row (as a run's sessions mostly restart their page's task); one action in
 ten is a hostile one (a disallowed call, ten thousand characters, a null byte, a long wait); every 200th episode
-is played by a client process that is killed (SIGKILL) after its reset, mid-episode. Every `--sample-every`
+is played by a client process that is killed (SIGKILL) after its reset, mid-episode. Every `--sample_every`
 episodes the script samples the server tree's memory (PSS: each shared page counted once) and CPU. At the end it
 prints the failures (episodes whose reset or step raised), the samples, the CPU-seconds per episode, and the slope
-of memory against episodes after the warm-up (a least-squares line over the samples past `--warm-up` episodes),
+of memory against episodes after the warm-up (a least-squares line over the samples past `--warm_up` episodes),
 in MiB per 1,000 episodes, with the same slope for the renderers, the browsers, Playwright's driver and Python.
 Run it on an otherwise idle machine.
 """
@@ -25,7 +25,7 @@ import time
 import psutil
 
 from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading
-from scripted_policy import PLANS, plan
+from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
 
 TASKS = ["click-test", "click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"]
@@ -50,7 +50,7 @@ def part(process: psutil.Process) -> str:
         return "renderer"
     if "run-driver" in command:
         return "node driver"
-    return "python" if "env_server.py" in command else "browser"
+    return "python" if "web_env.server" in command else "browser"
 
 
 def memory_mib(root: int) -> dict[str, float]:
@@ -129,9 +129,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=20_000)
     parser.add_argument("--sessions", type=int, default=8)
-    parser.add_argument("--sample-every", type=int, default=500)
-    parser.add_argument("--warm-up", type=int, default=2_000, help="episodes left out of the memory slope")
-    parser.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="passed to env_server.py")
+    parser.add_argument("--sample_every", type=int, default=500)
+    parser.add_argument("--warm_up", type=int, default=2_000, help="episodes left out of the memory slope")
+    parser.add_argument(
+        "--server_args", nargs=argparse.REMAINDER, default=[], help="passed to the server (python -m web_env.server)"
+    )
     args = parser.parse_args()
     samples = []  # (episodes, MiB by part, CPU seconds)
     with LocalEnvServer(max_sessions=args.sessions + 2, server_args=args.server_args) as server:

@@ -1,18 +1,18 @@
-"""Environment throughput: the stock BrowserGym loop and env_server.py side by side, CPU-seconds per episode.
+"""Environment throughput: the stock BrowserGym loop and the server (web_env.server) side by side, CPU-s per episode.
 
     python bench/env_throughput.py                         # 40 stock episodes, 200 server episodes per setup
-    python bench/env_throughput.py --stock-episodes 20 --episodes 400
+    python bench/env_throughput.py --stock_episodes 20 --episodes 400
 
 Three workloads: click-test (a reset and a click on the button, checked to solve it), the page-reading mix (the
 six page-reading tasks, each played by its scripted plan's right actions, up to three), and login-user (two fills
 and a click). Episodes are played as the trainer plays them: groups of 4 episodes of one task instance, each group's
 task drawn at random. Setups:
 - the stock BrowserGym loop: gymnasium environments, one episode after another;
-- env_server.py loading every episode's page afresh (`--reload_every 1`, as before in-page restarts), restarting
+- the server loading every episode's page afresh (`--reload_every 1`, as before in-page restarts), restarting
   episodes in the page with BrowserGym's code for every action (`--browsergym_actions`, as before page_actions.py),
   and as it runs by default, each with 1 and with 8 sessions, driven by the recipe's own rollout code
   (rollout.EpisodeRunner with a scripted policy, asking for the fields the prompt reads);
-- env_server.py driven by OpenEnv's generic client, which asks for every field, one session, with BrowserGym's code
+- the server driven by OpenEnv's generic client, which asks for every field, one session, with BrowserGym's code
   for every action and by default.
 CPU is the whole machine's (the client's Python, the server, every Chromium process), so run it on an otherwise idle
 machine; it prints CPU-seconds and wall seconds per episode for each setup, and each against the stock loop.
@@ -30,12 +30,13 @@ import psutil
 from browsergym.utils.obs import flatten_axtree_to_str
 from openenv.core.generic_client import GenericEnvClient
 
-from arguments import EnvArguments
-from env_client import LocalEnvServer, ServerPool, cpu_reading
-from rollout import EpisodeRunner
-from scripted_policy import following_plans, plan
-from tasks import PRESETS
-from tiny_lfm2 import build_tokenizer
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
+from browser_rl.tasks import PRESETS
+from env_client import LocalEnvServer, cpu_reading
+from warm_start.plans import following_plans, plan
+from warm_start.tiny_lfm2 import build_tokenizer
 from web_env.server import browser_setup
 
 WORKLOADS = {"click-test": ["click-test"], "mix": PRESETS["page-reading"], "login-user": ["login-user"]}
@@ -105,7 +106,7 @@ def generic_client_loop(url: str, workload: str, episodes: int, first_seed: int)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stock-episodes", type=int, default=40)
+    parser.add_argument("--stock_episodes", type=int, default=40)
     parser.add_argument("--episodes", type=int, default=200, help="per server setup")
     args = parser.parse_args()
     browser_setup.use_packaged_miniwob_pages()
@@ -123,7 +124,7 @@ def main() -> None:
         with LocalEnvServer(max_sessions=8, server_args=server_args) as server:
             for workload in WORKLOADS:
                 for sessions in (1, 8):  # sessions live on from batch to batch, as in a run
-                    runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EnvArguments(max_turns=3))
+                    runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EpisodeSettings(max_turns=3))
                     runner_loop(runner, workload, sessions, 8 * GROUP, 20_000)  # warm-up: contexts, pages
                     run = lambda r=runner, w=workload, s=sessions: runner_loop(r, w, s, args.episodes, 0)  # noqa: E731
                     rows.append((workload, f"{name}, {sessions} session(s)", measure(args.episodes, run, server.url)))

@@ -1,4 +1,4 @@
-"""How often each scripted expert (experts.py) solves its task, on held-out seeds: the table in docs/experts.md.
+"""How often each scripted expert (warm_start.experts) solves its task, on held-out seeds: the table in docs/experts.md.
 
     python bench/expert_success.py          # every expert, 100 seeds each (about 15 minutes on two cores)
     python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
@@ -14,15 +14,17 @@ import time
 from collections import Counter
 from contextlib import closing
 
-from arguments import EnvArguments
-from demonstrations import Demonstration, record
-from env_client import open_server_pool
-from evaluate import wilson_interval
-from experts import EXPERTS, expert_policy
-from metrics import setup_logging
-from prompts import ChatTurns, compact_page
-from rollout import EpisodeRunner
-from tiny_lfm2 import build_tokenizer
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.evaluation import wilson_interval
+from browser_rl.metrics import setup_logging
+from browser_rl.options import ServerArguments
+from browser_rl.prompts import ChatTurns, compact_page
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import open_server_pool
+from warm_start.demonstrations import Demonstration
+from warm_start.experts import EXPERTS, expert_policy
+from warm_start.record import record
+from warm_start.tiny_lfm2 import build_tokenizer
 
 FIRST_SEED = 3_000_000
 
@@ -52,7 +54,7 @@ def main() -> None:
     parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
     parser.add_argument("--max_turns", type=int, default=15)
     parser.add_argument("--max_page_chars", type=int, default=4000)
-    parser.add_argument("--settle_ms", type=int, help="wait after each action before observing; default: the server's")
+    parser.add_argument("--settle_ms", type=int, default=0, help="wait after each action before observing")
     parser.add_argument("--show_failures", action="store_true", help="print the last page of each failed episode")
     args = parser.parse_args()
     tokenizer = build_tokenizer()
@@ -60,12 +62,12 @@ def main() -> None:
     groups = similarity_groups()
     rows = []
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=16)
+        servers = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=16)
+        settings = EpisodeSettings(args.max_turns, args.max_page_chars, args.settle_ms)
         for task in args.tasks:
             start = time.perf_counter()
             specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
-            env = EnvArguments(max_turns=args.max_turns, max_page_chars=args.max_page_chars, settle_ms=args.settle_ms)
-            with closing(EpisodeRunner(servers, tokenizer, env)) as runner:
+            with closing(EpisodeRunner(servers, tokenizer, settings)) as runner:
                 played = record(runner, specs, expert_policy(chat))
             solved = sum(d.solved for d in played)
             low, high = wilson_interval(solved, len(played))

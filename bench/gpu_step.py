@@ -32,9 +32,9 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import ConcurrencyConfig
 from transformers import Lfm2Config, Lfm2ForCausalLM, TrainerCallback
 
+from browser_rl.metrics import with_training_time
 from env_client import free_port
-from metrics import with_training_time
-from tiny_lfm2 import build_tiny_lfm2, build_tokenizer
+from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer
 from web_env.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 ROOT = Path(__file__).resolve().parents[1]

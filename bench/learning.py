@@ -4,7 +4,8 @@
     python bench/learning.py --start outputs/copying/model   # the same from an existing bench/copying.py model
     python bench/learning.py --quick    # the short version CI runs: click-test; fails unless success went up
 
-1. A starting policy that is weak but not hopeless, built honestly (warm_up.py): a tiny LFM2 (tiny_lfm2.py) is
+1. A starting policy that is weak but not hopeless, built honestly (bench/weak_starts.py, through the warm-up
+   of warm_start): a tiny LFM2 (warm_start/tiny_lfm2.py) is
    fine-tuned with TRL's SFTTrainer on real episodes of the tasks, played by their scripted plans: every turn's
    context is paired with the right action and valid wrong ones, in a mix that solves each task about a third
    of the time. The right action depends on the goal or the page (which button, which tab, which option, which
@@ -33,16 +34,17 @@ from itertools import accumulate
 from pathlib import Path
 
 import matplotlib
-import yaml
+from weak_starts import weak_start  # bench/weak_starts.py, beside this script
 
-from arguments import EnvArguments
-from env_client import open_server_pool
-from evaluate import EvalArguments, evaluate
-from metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
-from scripted_policy import Replies, a_third_right, one_right_of_eight
-from tasks import PRESETS
-from tiny_lfm2 import build_tiny_lfm2
-from warm_up import warm_up
+from browser_rl import episode_settings
+from browser_rl.command_line import parse_command_line
+from browser_rl.evaluation import evaluate
+from browser_rl.metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
+from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.servers import open_server_pool
+from browser_rl.tasks import PRESETS
+from warm_start.plans import Replies, a_third_right, one_right_of_eight
+from warm_start.tiny_lfm2 import build_tiny_lfm2
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
@@ -128,10 +130,13 @@ def base_model(bench: Benchmark, out: Path, start: str | None) -> str:
     return start
 
 
-def measure(model: str, bench: Benchmark, env_url: str, max_turns: int) -> dict:
+def measure(model: str, bench: Benchmark, env_url: str) -> dict:
+    """The model on held-out seeds, sampled at temperature 1, with the episode settings it was trained with."""
     return evaluate(
         EvalArguments(model=model, episodes=bench.episodes, temperature=1.0),
-        EnvArguments(task_name=bench.tasks[0], tasks=bench.tasks, max_turns=max_turns, env_url=env_url),
+        TaskArguments(task_name=bench.tasks[0], tasks=bench.tasks),
+        EpisodeArguments(),
+        ServerArguments(env_url=[env_url]),
     )
 
 
@@ -227,28 +232,30 @@ def main() -> None:
     args = parser.parse_args()
     bench, out = (QUICK if args.quick else FULL), Path(args.output_dir)
     run_dirs = {name: out / name.replace(", ", "-").lower() for name in bench.runs}
-    max_turns = yaml.safe_load(bench.grpo_config.read_text())["max_turns"]
+    (episodes,) = parse_command_line((EpisodeArguments,), ["--config", str(bench.grpo_config)])
+    settings = episode_settings.resolve(episodes, None, str(bench.grpo_config)).settings  # the GRPO runs'
 
     base = base_model(bench, out, args.start)
     with contextlib.ExitStack() as stack:
-        (url,) = open_server_pool(stack, EnvArguments(env_servers=1), max_sessions=32).urls
+        (url,) = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=32).urls
         start = time.perf_counter()
-        starting_policy = warm_up(
+        starting_policy = weak_start(
             base,
             out / "warm-up",
             url,
             bench.tasks,
             bench.replies,
+            settings,
             steps=bench.warm_up_steps,
             seeds=bench.warm_up_seeds,
         )
         log.info("warm-up done in %.0fs", time.perf_counter() - start)
-        results = {"starting policy": measure(starting_policy, bench, url, max_turns)}
+        results = {"starting policy": measure(starting_policy, bench, url)}
         log.info("starting policy:\n%s", table(results, bench.tasks))
         for name, extra in bench.runs.items():
             run_dir = run_dirs[name]
             seconds = grpo(starting_policy, bench, run_dir, url, *extra)
-            results[name] = measure(str(run_dir), bench, url, max_turns) | {
+            results[name] = measure(str(run_dir), bench, url) | {
                 "grpo_seconds": seconds,
                 "to_target": to_target(logged_steps(run_dir / METRICS_FILE), bench.tasks),
             }
@@ -256,7 +263,7 @@ def main() -> None:
             (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")  # each run's, as it ends
 
     plot(results, run_dirs, bench.tasks, out / "learning_curves.png")
-    print(f"\n{bench.episodes} held-out episodes per task, sampled at temperature 1, up to {max_turns} turns:")
+    print(f"\n{bench.episodes} held-out episodes per task, sampled at temperature 1, up to {settings.max_turns} turns:")
     print(table(results, bench.tasks))
     print(f"results.json and learning_curves.png in {out}")
     before = results["starting policy"]["success_rate"]

@@ -1,5 +1,5 @@
 """Records the episodes bench/gpu_step.py replays on a machine without a browser: for each seed of one-action tasks,
-the first observation, the right action (scripted_policy.py's plan) and the observations after it and after a
+the first observation, the right action (warm_start.plans's plan) and the observations after it and after a
 wrong action, all from the real environment server.
 
     python bench/record_replay.py            # writes bench/replay/episodes.jsonl
@@ -9,9 +9,9 @@ import argparse
 import json
 from pathlib import Path
 
+from browser_rl.prompts import OBSERVATION_FIELDS
 from env_client import BrowserGymEnv, LocalEnvServer
-from prompts import OBSERVATION_FIELDS
-from scripted_policy import plan
+from warm_start.plans import plan
 from web_env.models import BrowserGymAction
 
 TASKS = ["click-test", "click-button"]  # one right action each; click-test is config.yaml's task

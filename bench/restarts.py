@@ -35,7 +35,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from scripted_policy import PLANS, plan
+from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 from web_env.server.environment import TASK_CLASSES, BrowserPool, MiniWoBEnvironment

@@ -1,7 +1,7 @@
-"""The scripted policy under BrowserGym's MiniWoB protocol, on the tasks that have plans (scripted_policy.PLANS):
-BrowserGym's own seeds and step limit for those tasks, played through evaluate.py's batching, runner and scoring.
-A policy that follows the plans solves every instance, so anything short of 100% is the protocol code scoring wrong
-(or the environment failing). It is the scripted row of docs/benchmark.md's comparison.
+"""The scripted policy under BrowserGym's MiniWoB protocol, on the tasks that have plans (warm_start.plans.PLANS):
+BrowserGym's own seeds and step limit for those tasks, played through the evaluation's batching, runner and scoring
+(browser_rl/evaluation.py). A policy that follows the plans solves every instance, so anything short of 100% is the
+protocol code scoring wrong (or the environment failing). It is the scripted row of docs/benchmark.md's comparison.
 
     python bench/scripted_protocol.py            # 35 episodes, a minute or so on two cores
     python bench/scripted_protocol.py --settle_ms 500   # with BrowserGym's wait before each observation
@@ -11,29 +11,32 @@ import argparse
 import contextlib
 import sys
 import time
+from dataclasses import replace
 
-from arguments import EnvArguments
-from env_client import open_server_pool
-from evaluate import EvalArguments, batches_keeping_tasks, episode_record, split_summaries, summarize, task_instances
-from metrics import grouped, setup_logging
-from rollout import EpisodeRunner
-from scripted_policy import PLANS, following_plans
-from tiny_lfm2 import build_tokenizer
+from browser_rl.episode_settings import DEFAULTS
+from browser_rl.evaluation import batches_keeping_tasks, episode_record, instances_to_play, split_summaries, summarize
+from browser_rl.metrics import grouped, setup_logging
+from browser_rl.options import EvalArguments, ServerArguments, TaskArguments
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import open_server_pool
+from warm_start.plans import PLANS, following_plans
+from warm_start.tiny_lfm2 import build_tokenizer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settle_ms", type=int, default=None, help="the wait before observing (default: server's)")
+    parser.add_argument("--settle_ms", type=int, default=DEFAULTS.settle_ms, help="the wait before observing")
     parser.add_argument("--batch_size", type=int, default=16)
     args = parser.parse_args()
-    instances, max_steps = task_instances(EvalArguments(model="scripted", benchmark="miniwob"), EnvArguments())
+    instances, max_steps = instances_to_play(EvalArguments(model="scripted", benchmark="miniwob"), TaskArguments())
     planned = [(task, seed) for task, seed in instances if task in PLANS]
-    env = EnvArguments(env_servers=1, max_turns=max_steps, settle_ms=args.settle_ms)
+    settings = replace(DEFAULTS, max_turns=max_steps, settle_ms=args.settle_ms)
     tokenizer = build_tokenizer()  # the policy writes its actions as tokens, as a model would
     start = time.perf_counter()
     records = []
     with contextlib.ExitStack() as stack:
-        runner = EpisodeRunner(open_server_pool(stack, env, max_sessions=args.batch_size), tokenizer, env)
+        servers = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=args.batch_size)
+        runner = EpisodeRunner(servers, tokenizer, settings)
         stack.callback(runner.close)
         for batch in batches_keeping_tasks(planned, args.batch_size):
             played = runner.run_until_played(batch, following_plans(tokenizer), None, max_failures=3)
@@ -41,7 +44,7 @@ def main() -> None:
     seconds = time.perf_counter() - start
     overall = summarize(records)
     print(f"\nthe scripted policy under BrowserGym's miniwob protocol: {len(PLANS)} planned tasks, their seeds")
-    print(f"(at most {max_steps} steps, settle_ms {env.settle_ms if env.settle_ms is not None else 'of the server'}):")
+    print(f"(at most {max_steps} steps, settle_ms {settings.settle_ms}):")
     print(f"  all   {overall['solved']}/{overall['episodes']} solved")
     for split, summary in split_summaries(records).items():
         print(f"  {split:<5} {summary['solved']}/{summary['episodes']} solved")

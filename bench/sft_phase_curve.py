@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
-from metrics import METRICS_FILE, read_metrics
+from browser_rl.metrics import METRICS_FILE, read_metrics
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt

@@ -1,13 +1,8 @@
-"""Measures a policy on MiniWoB tasks against the real environment.
-
-    python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
-    python evaluate.py --model outputs/smoke --temperature 1.0 --screenshots true   # as sampled in training
-    python evaluate.py --model outputs/multi --tasks page-reading                   # a suite: a per-task table
-    python evaluate.py --model outputs/multi --benchmark miniwob                    # BrowserGym's protocol
-    python evaluate.py --model outputs/multi --benchmark miniwob --split test       # its held-out task families
+"""Measuring a policy on web tasks against the real environment: what evaluate.py runs (its command line is there).
 
 `--model` is a model directory or hub id, a checkpoint, or a LoRA adapter directory as `train.py --use_peft`
-saves it. For each task (`--task_name`, or `--tasks` with names and presets as in training) it prints the
+saves it; its episodes are played with the episode settings it was trained with (browser_rl.episode_settings). For
+each task (`--task_name`, or `--tasks` with names and presets as in training) it prints the
 success rate with its 95% confidence interval, the mean number of turns of the solved episodes, and the share
 of replies that held no valid action; for several tasks, as a table with the mean over tasks, and a chart
 (success.png), and per BrowserGym split (train, test). Writes one JSON line per episode, a summary (with the
@@ -24,40 +19,42 @@ failed is played again on fresh sessions; its episodes are never scored.
 """
 
 import contextlib
-import dataclasses
 import importlib.metadata
 import json
 import logging
 import math
-import os
 import subprocess
-import sys
 import time
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
-from transformers import HfArgumentParser
 
-from arguments import EnvArguments
-from env_client import cpu_s_per_episode, open_server_pool
-from generation import ModelUnavailable, load_policy, missing_model, model_generate
-from metrics import grouped, setup_logging
-from rollout import Episode, EpisodeRunner, sampling
-from tasks import SPLIT_PRESETS, browsergym_benchmark, browsergym_split_of
+from browser_rl import episode_settings
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import ConfigError
+from browser_rl.generation import load_policy, model_generate
+from browser_rl.metrics import grouped
+from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.rollout import Episode, EpisodeRunner, sampling
+from browser_rl.servers import open_server_pool
+from browser_rl.tasks import browsergym_benchmark, browsergym_split_of
+from env_client import cpu_s_per_episode
 
 log = logging.getLogger("evaluate")
 
 CHART_FILE = "success.png"
-BENCHMARKS = ("miniwob", "miniwob_tiny_test")  # browsergym-experiments' MiniWoB benchmarks
 # BrowserGym's wait after each action before observing (BrowserEnv's pre_observation_delay, 0.5 s).
 BROWSERGYM_SETTLE_MS = 500
 # Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
 # change them.
-OPERATIONAL = {"output_dir", "batch_size", "screenshots", "max_env_failures", "env_url", "env_servers", "env_timeout_s"}
+OPERATIONAL = {
+    *("output_dir", "batch_size", "screenshots", "lockstep", "override_episode_settings"),
+    *("max_env_failures", "env_url", "env_servers", "env_timeout_s"),
+}
 # Recorded with each evaluation: what its figures depend on besides the model.
 PACKAGES = (
     "torch",
@@ -73,45 +70,8 @@ PACKAGES = (
 )
 
 
-@dataclass
-class EvalArguments:
-    """What to evaluate and how; the task, server, turns and page length are EnvArguments', as in training."""
-
-    model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
-    episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
-    first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
-    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
-    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
-    batch_size: int = field(default=16, metadata={"help": "episodes run at once"})
-    output_dir: str | None = field(
-        default=None, metadata={"help": "default: MODEL/eval-TASKS, or eval-NAME-TASKS (TASKS: the task or preset)"}
-    )
-    screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-    benchmark: str | None = field(
-        default=None,
-        metadata={
-            "help": f"play a BrowserGym benchmark ({', '.join(BENCHMARKS)}) with its own tasks, seeds and step limit,"
-            " in place of the task list, --episodes, --first_seed and --max_turns"
-        },
-    )
-    split: str | None = field(default=None, metadata={"help": "with --benchmark: BrowserGym's train or test tasks"})
-    max_env_failures: int = field(
-        default=3, metadata={"help": "environment failures in a row before the evaluation stops (each replays)"}
-    )
-
-    def __post_init__(self):
-        if self.benchmark is not None and self.benchmark not in BENCHMARKS:
-            raise ValueError(f"benchmark: {self.benchmark!r} is not one of {', '.join(BENCHMARKS)}")
-        if self.split is not None and (self.benchmark is None or self.split not in SPLIT_PRESETS.values()):
-            raise ValueError(f"split: {self.split!r}: --split takes train or test, with --benchmark")
-        for name in ("episodes", "batch_size", "max_new_tokens"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-
-
-def default_output_dir(model: str, benchmark: str | None, split: str | None, env: EnvArguments) -> str:
-    tasks = env.tasks[0] if len(env.tasks) == 1 else "tasks" if env.tasks else env.task_name
+def default_output_dir(model: str, benchmark: str | None, split: str | None, task_args: TaskArguments) -> str:
+    tasks = task_args.tasks[0] if len(task_args.tasks) == 1 else "tasks" if task_args.tasks else task_args.task_name
     tasks = "-".join(filter(None, [benchmark, split])) or tasks
     if Path(model).is_dir():
         return str(Path(model) / f"eval-{tasks}")
@@ -128,16 +88,28 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def task_instances(args: EvalArguments, env: EnvArguments) -> tuple[list[tuple[str, int]], int]:
-    """(task, seed) of every episode to play, and the step limit: the benchmark's, as BrowserGym's own objects give
-    them (a task may hold a seed twice: BrowserGym draws five of 34 per task), or args.episodes seeds from
-    args.first_seed for each of env's tasks."""
+def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[tuple[str, int]], int | None]:
+    """(task, seed) of every episode to play, and the benchmark's step limit: its own, as BrowserGym's objects give
+    them (a task may hold a seed twice: BrowserGym draws five of 34 per task); or args.episodes seeds from
+    args.first_seed for each of the tasks, and no limit of its own."""
     if args.benchmark is None:
         seeds = range(args.first_seed, args.first_seed + args.episodes)
-        return [(task, seed) for task in env.task_weights() for seed in seeds], env.max_turns
+        return [(task, seed) for task in tasks.task_weights() for seed in seeds], None
     benchmark = browsergym_benchmark(args.benchmark, args.split)
     (max_steps,) = {env_args.max_steps for env_args in benchmark.env_args_list}
     return [(a.task_name.removeprefix("miniwob."), a.task_seed) for a in benchmark.env_args_list], max_steps
+
+
+def settings_to_play(model: str, given: EpisodeArguments, benchmark_steps: int | None) -> episode_settings.Resolved:
+    """The episode settings the model is played with: those it was trained with, unless given otherwise on purpose;
+    under a benchmark, its step limit, which the report then names beside the model's own."""
+    resolved = episode_settings.resolve(given, episode_settings.saved_with(model), model)
+    if benchmark_steps is None or benchmark_steps == resolved.settings.max_turns:
+        return resolved
+    protocol = f"max_turns {benchmark_steps}, the benchmark's, not the {resolved.settings.max_turns} of the settings"
+    return episode_settings.Resolved(
+        replace(resolved.settings, max_turns=benchmark_steps), (*resolved.overridden, protocol)
+    )
 
 
 def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> list[list[tuple[str, int]]]:
@@ -207,7 +179,7 @@ def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
     if settings_file.exists():
         earlier = json.loads(settings_file.read_text())
         if differing := [k for k in settings if k not in OPERATIONAL and earlier.get(k) != settings[k]]:
-            raise ValueError(
+            raise ConfigError(
                 f"{output_dir} holds an evaluation with other settings ({', '.join(differing)}):"
                 " choose another --output_dir"
             )
@@ -242,7 +214,13 @@ def still_to_play(instances: list[tuple[str, int]], records: list[dict]) -> list
 
 
 def run_episodes(
-    args: EvalArguments, runner: EpisodeRunner, instances: list, records: list[dict], model, tokenizer
+    args: EvalArguments,
+    runner: EpisodeRunner,
+    instances: list,
+    records: list[dict],
+    model,
+    tokenizer,
+    max_env_failures: int,
 ) -> None:
     """Plays the instances not yet in records, batch after batch, appending each played episode to records and
     to episodes.jsonl."""
@@ -253,7 +231,7 @@ def run_episodes(
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
     with open(output_dir / "episodes.jsonl", "a") as episodes_file:
         for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
-            for episode in runner.run_until_played(batch, policy, max_context_tokens, args.max_env_failures):
+            for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures):
                 if args.screenshots:
                     save_screenshots(len(records), episode, output_dir)
                 records.append(episode_record(episode))
@@ -276,43 +254,44 @@ def provenance() -> dict:
     return {"commit": (commit + "+changes" * bool(changed.stdout.strip())) or None, "packages": versions}
 
 
-def protocol_differences(env: EnvArguments) -> list[str]:
+def protocol_differences(settings: EpisodeSettings) -> list[str]:
     """Where these episodes differ from BrowserGym's MiniWoB protocol."""
-    if env.settle_ms == BROWSERGYM_SETTLE_MS:
-        waits = []
-    else:
-        wait = "the server's wait" if env.settle_ms is None else f"a wait of {env.settle_ms} ms"
-        waits = [
-            f"{wait} before observing (--settle_ms; a local server waits 0), "
-            f"where BrowserGym waits {BROWSERGYM_SETTLE_MS} ms"
-        ]
+    waits = []
+    if settings.settle_ms != BROWSERGYM_SETTLE_MS:
+        waits = [f"a wait of {settings.settle_ms} ms before observing, where BrowserGym's is {BROWSERGYM_SETTLE_MS} ms"]
     return waits + [
         "a strict action parser, no retry with force (BrowserGym: strict=False, retry_with_force=True)",
         "a reply without a valid action uses up a step",
-        f"the page as the compacted accessibility tree, cut at {env.max_page_chars} characters (--max_page_chars)",
+        f"the page as the compacted accessibility tree, cut at {settings.max_page_chars} characters (max_page_chars)",
         "bid actions only: no coordinate mouse actions",
     ]
 
 
-def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
-    """Runs the episodes (on env.env_url, else on local servers of its own) and returns the summary."""
-    if args.benchmark and env.tasks:
-        raise ValueError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
+def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArguments, servers: ServerArguments) -> dict:
+    """Runs the episodes (on servers.env_url, else on local servers of its own) and returns the summary."""
+    if args.benchmark and tasks.tasks:
+        raise ConfigError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
-    instances, max_turns = task_instances(args, env)
-    env = dataclasses.replace(env, max_turns=max_turns)
-    args.output_dir = args.output_dir or default_output_dir(args.model, args.benchmark, args.split, env)
-    settings = asdict(args) | {k: v for k, v in asdict(env).items() if k != "env_token"}  # the token is a secret
+    instances, benchmark_steps = instances_to_play(args, tasks)
+    play = settings_to_play(args.model, episodes, benchmark_steps)
+    args.output_dir = args.output_dir or default_output_dir(args.model, args.benchmark, args.split, tasks)
+    settings = (
+        asdict(args)
+        | asdict(tasks)
+        | asdict(episodes)
+        | asdict(play.settings)
+        | {k: v for k, v in asdict(servers).items() if k != "env_token"}  # the token is a secret
+    )
     records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(args.model)})
     model, tokenizer = load_policy(args.model)
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, env, max_sessions=args.batch_size)
-        runner = EpisodeRunner(servers, tokenizer, env, screenshots=args.screenshots)
+        pool = open_server_pool(stack, servers, max_sessions=args.batch_size)
+        runner = EpisodeRunner(pool, tokenizer, play.settings, lockstep=episodes.lockstep, screenshots=args.screenshots)
         stack.callback(runner.close)
-        cpu_before = servers.cpu_readings(env.env_token)
-        run_episodes(args, runner, instances, records, model, tokenizer)
-        cpu = cpu_s_per_episode(cpu_before, servers.cpu_readings(env.env_token))
+        cpu_before = pool.cpu_readings()
+        run_episodes(args, runner, instances, records, model, tokenizer, servers.max_env_failures)
+        cpu = cpu_s_per_episode(cpu_before, pool.cpu_readings())
     seconds = time.perf_counter() - start
     tasks = {task: summarize(of_task) for task, of_task in grouped(records, lambda r: r["task_name"]).items()}
     summary = (
@@ -324,7 +303,9 @@ def evaluate(args: EvalArguments, env: EnvArguments) -> dict:
             "seconds": seconds,
             "episodes_per_second": (len(records) - played_before) / seconds,
             "environment_cpu_s_per_episode": cpu,
-            "protocol_differences": protocol_differences(env) if args.benchmark else [],
+            "protocol_differences": protocol_differences(play.settings) if args.benchmark else [],
+            "episode_settings": asdict(play.settings),
+            "overridden_settings": list(play.overridden),
             "seeds": [list(instance) for instance in instances],
             "arguments": settings,
         }
@@ -383,6 +364,14 @@ def success_line(name: str, summary: dict) -> str:
     )
 
 
+def settings_lines(summary: dict) -> list[str]:
+    """The episode settings played with, and those played otherwise than the model was trained with, on purpose."""
+    played = EpisodeSettings(**summary["episode_settings"]).describe()
+    return [f"  episodes played with {played}"] + [
+        f"  not as the model was trained, on purpose: {overridden}" for overridden in summary["overridden_settings"]
+    ]
+
+
 def report(summary: dict) -> str:
     args = summary["arguments"]
     decoding = f"temperature {args['temperature']}" if args["temperature"] else "greedy"
@@ -390,12 +379,16 @@ def report(summary: dict) -> str:
     if len(summary["tasks"]) == 1:
         (task,) = summary["tasks"]
         turns, (low, high) = summary["mean_turns_to_success"], summary["ci95"]
-        return (
-            f"{args['model']} on {task} ({summary['episodes']} episodes, {decoding}):\n"
-            f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
-            f" 95% CI {100 * low:.1f}-{100 * high:.1f}%\n"
-            f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}\n"
-            f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%\n{output}"
+        return "\n".join(
+            [
+                f"{args['model']} on {task} ({summary['episodes']} episodes, {decoding}):",
+                f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
+                f" 95% CI {100 * low:.1f}-{100 * high:.1f}%",
+                f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}",
+                f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%",
+                *settings_lines(summary),
+                output,
+            ]
         )
     if args["benchmark"]:
         split = f", its {args['split']} split" if args["split"] else ""
@@ -410,23 +403,9 @@ def report(summary: dict) -> str:
         task_table(summary),
         f"  {summary['episodes_per_second']:.2f} episodes/s"
         + ("" if cpu is None else f", environment {cpu:.3f} CPU-s/episode"),
+        *settings_lines(summary),
         *(["  differences from BrowserGym's protocol:"] if summary["protocol_differences"] else []),
         *(f"    - {difference}" for difference in summary["protocol_differences"]),
         f"{output}, chart in {CHART_FILE}",
     ]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
-    setup_logging()
-    try:
-        eval_args, env_args = HfArgumentParser((EvalArguments, EnvArguments)).parse_args_into_dataclasses()
-        if missing := missing_model(eval_args.model):
-            sys.exit(f"evaluate.py: --model: {missing}")
-        print(report(evaluate(eval_args, env_args)))
-    except ValueError as error:
-        sys.exit(f"evaluate.py: {error}")
-    except ModelUnavailable as error:
-        sys.exit(f"evaluate.py: --model {error}")

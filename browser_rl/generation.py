@@ -2,7 +2,7 @@
 (a model, a checkpoint or a LoRA adapter) to sample from.
 
 Every way of generating here is a GenerateFn: token contexts in, one Reply per context out, each cut at its
-first end-of-turn token with the log-probability of every sampled token. train.py, evaluate.py, warm_up.py and
+first end-of-turn token with the log-probability of every sampled token. train.py, evaluate.py, the recorder and
 the benchmarks take their generation from this module.
 """
 
@@ -16,6 +16,8 @@ from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+
+from browser_rl.errors import ModelUnavailable
 
 
 @dataclass
@@ -65,10 +67,6 @@ def sample_replies(
     logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
     logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
     return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
-
-
-class ModelUnavailable(Exception):
-    """A policy that could not be loaded, and why."""
 
 
 def missing_model(path: str) -> str | None:

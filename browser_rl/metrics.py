@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from tasks import browsergym_split_of
+from browser_rl.tasks import browsergym_split_of
 
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
 
@@ -108,6 +108,22 @@ def same_reward_share(groups: list, episodes: list) -> float:
     return sum(len(rewards) == 1 for rewards in rewards_of_group.values()) / len(rewards_of_group)
 
 
+def step_metrics(episodes: list, groups: list, seconds: float, generation_s: float, cpu_s: list[float]) -> dict:
+    """The figures of a GRPO step: its episodes' (every rank's, `groups[i]` naming episode i's group), its speed,
+    where its time went (generation and the browsers overlap; the environment's share is the time no generation was
+    running), and what the environment servers and their browsers spent per episode begun on them (`cpu_s`: one
+    reading per rank that had one)."""
+    metrics = episode_metrics(episodes) | {
+        "groups/same_reward_share": same_reward_share(groups, episodes),
+        "episodes/per_second": len(episodes) / seconds,
+        "time/generation_s": generation_s,
+        "time/environment_s": seconds - generation_s,
+    }
+    if cpu_s:
+        metrics["environment/cpu_s_per_episode"] = sum(cpu_s) / len(cpu_s)
+    return metrics
+
+
 def task_success_rates(row: dict) -> dict[str, float]:
     """{task: success rate} of a logged step's tasks."""
     return {
@@ -144,7 +160,7 @@ class StepPrinter(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        if "reward" not in logs and "sft_phase/loss" in logs:  # a step of an SFT phase (sft_phases.py)
+        if "reward" not in logs and "sft_phase/loss" in logs:  # a step of an SFT phase (browser_rl/sft_phases.py)
             log.info(
                 "step %d/%d | SFT phase %d on %d successful episodes | loss %.4f | entropy %.3f | lr %.2e",
                 state.global_step,

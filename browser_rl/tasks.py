@@ -27,6 +27,11 @@ CURRICULUM_FLOOR = 0.05
 SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running success rate by a fifth
 
 
+def known_tasks() -> tuple[str, ...]:
+    """Every task a run may name."""
+    return MINIWOB_TASKS
+
+
 def parse_tasks(entries: list[str]) -> dict[str, float]:
     """The config's task list as {task: weight}. An entry is a task, `task:weight`, or a preset (`preset:weight`
     gives each of its tasks that weight); weights are relative, 1 by default."""
@@ -39,7 +44,7 @@ def parse_tasks(entries: list[str]) -> dict[str, float]:
             raise ValueError(f"tasks: weight of {entry!r} is not a number") from None
         if weight <= 0:
             raise ValueError(f"tasks: weight of {entry!r} must be positive")
-        if name not in PRESET_NAMES and name not in MINIWOB_TASKS:
+        if name not in PRESET_NAMES and name not in known_tasks():
             raise ValueError(f"tasks: {name!r} is neither a MiniWoB task nor a preset ({', '.join(PRESET_NAMES)})")
         for task in preset_tasks(name) if name in PRESET_NAMES else [name]:
             if task in weights:
@@ -76,6 +81,18 @@ def browsergym_split_of() -> dict[str, str]:
 
 def browsergym_tasks(benchmark) -> list[str]:
     return sorted({args.task_name.removeprefix("miniwob.") for args in benchmark.env_args_list})
+
+
+def task_instances(
+    prompts: list[str], all_prompts: list[str], seed_of_prompt: dict[str, int], sampler: "TaskSampler"
+) -> list[tuple[str, int]]:
+    """(task, seed) for each of this rank's prompts: a task drawn for each GRPO group (the repeats of one prompt),
+    its row's seed. The draws run over every rank's prompts, in rank order, and every rank's sampler has seen the same
+    episodes, so all ranks draw alike and a group split between two ranks plays one task."""
+    task_of_group = {}
+    for prompt in all_prompts:
+        task_of_group.setdefault(prompt, sampler.draw())
+    return [(task_of_group[prompt], seed_of_prompt[prompt]) for prompt in prompts]
 
 
 class TaskSampler:

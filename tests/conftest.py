@@ -6,11 +6,12 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
+from bench.weak_starts import weak_start
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.metrics import THIRD_PARTY_WARNINGS
 from env_client import BrowserGymEnv, LocalEnvServer
 from helpers import RESUMABLE_WITH_PHASES, ROOT, train_command
-from metrics import THIRD_PARTY_WARNINGS
-from tiny_lfm2 import build_tiny_lfm2
-from warm_up import warm_up
+from warm_start.tiny_lfm2 import build_tiny_lfm2
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,8 @@ def tokenizer(tiny_model):
 
 @pytest.fixture(scope="session")
 def env_server():
-    """One real env_server.py process with real Chromium, shared by the tests that need a browser."""
+    """One real environment server process (python -m web_env.server) with real Chromium, shared by the tests that
+    need a browser."""
     with LocalEnvServer(max_sessions=16, server_args=["--browsers", "2"]) as server:
         yield server
 
@@ -40,9 +42,17 @@ def session(env_server):
 @pytest.fixture(scope="session")
 def half_right_model(tmp_path_factory, tiny_model, env_server):
     """The tiny LFM2 fine-tuned to click click-test's button about half the time and a wrong element otherwise,
-    so that GRPO's groups disagree and every optimizer step moves the weights."""
-    return warm_up(
-        tiny_model, tmp_path_factory.mktemp("half-right"), env_server.url, ["click-test"], right_and_wrong, 60, 4, 3e-3
+    so that GRPO's groups disagree and every optimizer step moves the weights; made for one-action episodes."""
+    return weak_start(
+        tiny_model,
+        tmp_path_factory.mktemp("half-right"),
+        env_server.url,
+        ["click-test"],
+        right_and_wrong,
+        EpisodeSettings(max_turns=1),
+        steps=60,
+        batch_size=4,
+        learning_rate=3e-3,
     )
 
 

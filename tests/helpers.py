@@ -8,21 +8,25 @@ import psutil
 import torch
 from safetensors.torch import load_file
 
-import generation
+import train
+from browser_rl import episode_settings, generation
+from browser_rl.command_line import parse_command_line
+from browser_rl.episode_settings import DEFAULTS
+from browser_rl.generation import Reply
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
 from env_client import BrowserGymEnv
-from generation import Reply
-from prompts import ChatTurns
-from scripted_policy import plan
-from train import parse_args
+from warm_start.plans import plan
 from web_env.models import BrowserGymObservation
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_config(config: str, *overrides: str) -> tuple:
-    """Parses a recipe YAML plus command-line overrides exactly as `python train.py` does:
-    (EnvArguments, RolloutArguments, RecipeConfig, ModelConfig), what train.main takes."""
-    return parse_args(["--config", str(ROOT / config), *overrides])
+    """Parses a recipe YAML plus command-line overrides exactly as `python train.py` does: train.OPTIONS, what
+    train.main takes."""
+    return parse_command_line(train.OPTIONS, ["--config", str(ROOT / config), *overrides])
 
 
 # A small but real training run: 2 turns, 2 episodes per task instance, 4 per step.
@@ -48,9 +52,22 @@ RESUMABLE = (
 )
 
 
-# RESUMABLE with SFT phases (sft_phases.py): a phase of two steps after every two GRPO steps, over five steps. The
-# half-right model solves about half its episodes, so the phase comes at steps 3 and 4 and a checkpoint falls inside it.
+# RESUMABLE with SFT phases (browser_rl/sft_phases.py): a phase of two steps after every two GRPO steps, over five
+# steps. The half-right model solves about half its episodes, so the phase comes at steps 3 and 4 and a checkpoint falls
+# inside it.
 RESUMABLE_WITH_PHASES = (*RESUMABLE, "--max_steps", "5", "--sft_phase_steps", "2", "--sft_phase_every", "2")
+
+
+def built_trainer(tokenizer, env_url: str, *overrides: str) -> tuple:
+    """(trainer, runner) as train.main builds them for the smoke config and `overrides`, on the server at env_url,
+    without training; the runner is the caller's to close."""
+    tasks, episodes, servers, phases, training_args, model_args = parse_config(
+        "configs/smoke.yaml", "--env_url", env_url, *overrides
+    )
+    settings = episode_settings.resolve(episodes, None, "the test").settings
+    runner = EpisodeRunner(ServerPool([env_url]), tokenizer, settings, lockstep=episodes.lockstep)
+    trainer = train.build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, servers.max_env_failures)
+    return trainer, runner
 
 
 def weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -83,7 +100,7 @@ def first_prompt(env_server, tokenizer, task: str, seed: int) -> tuple[BrowserGy
     """A task instance's first observation, and the first prompt the policy reads of it."""
     with BrowserGymEnv(base_url=env_server.url).sync() as session:
         observation = session.reset(task_name=task, seed=seed).observation
-    return observation, ChatTurns(tokenizer).first_prompt(observation)
+    return observation, ChatTurns(tokenizer, DEFAULTS.max_page_chars).first_prompt(observation)
 
 
 def third_party_distributions(*files: str) -> dict[str, set[str]]:
@@ -170,7 +187,7 @@ def segments(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
 
 def recorded_generation(monkeypatch, name: str) -> list[tuple[list[int], Reply]]:
     """Every (context, reply) that the trainer's generation `name` ("transformers_generate" or "vllm_generate",
-    of generation.py) sampled from here on, whatever batches they came in."""
+    of browser_rl/generation.py) sampled from here on, whatever batches they came in."""
     sampled, original = [], getattr(generation, name)
 
     def make(trainer):

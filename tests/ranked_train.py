@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 import train
-from rollout import EpisodeRunner
+from browser_rl.rollout import EpisodeRunner
 
 played: list[list] = []  # the episodes of each EpisodeRunner.run since the last step
 run_episodes = EpisodeRunner.run

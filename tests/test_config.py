@@ -8,26 +8,33 @@ import torch
 import yaml
 from peft import get_peft_model
 from transformers import AutoModelForCausalLM
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import get_peft_config
 
 import train
-from generation import missing_model
+from browser_rl.command_line import parse_command_line
+from browser_rl.errors import ConfigError
+from browser_rl.generation import missing_model
+from browser_rl.tasks import PRESETS, preset_tasks
 from helpers import ROOT, parse_config
-from tasks import PRESETS, preset_tasks
-from tiny_lfm2 import build_tokenizer
-from train import ConfigError, parse_args, seed_dataset
-from warm_up import WarmUpArguments, WarmUpConfig
+from train import seed_dataset
+from warm_start import warm_up
+from warm_start.tiny_lfm2 import build_tokenizer
+
+
+def parse_args(args: list[str]) -> tuple:
+    return parse_command_line(train.OPTIONS, args)
+
 
 LFM2_LINEAR_LAYERS = {"q_proj", "k_proj", "v_proj", "out_proj", "in_proj", "w1", "w2", "w3"}
 
 
 def test_the_recipe_config_loads_with_its_real_settings():
-    env_args, rollout_args, training_args, model_args = parse_config("config.yaml")
+    tasks, episodes, servers, _, training_args, model_args = parse_config("config.yaml")
     assert model_args.model_name_or_path == "LiquidAI/LFM2-350M"
-    assert env_args.task_name == "click-test" and env_args.env_url == [] and env_args.max_turns == 10
+    assert tasks.task_name == "click-test" and servers.env_url == [] and episodes.max_turns == 10
     assert training_args.num_generations == 8 and training_args.vllm_mode == "colocate"
     assert training_args.generation_batch_size == 256  # episodes per step (docs/environment.md, "Sizing")
-    assert rollout_args.num_task_seeds == 1000
+    assert tasks.num_task_seeds == 1000
     assert set(model_args.lora_target_modules) == LFM2_LINEAR_LAYERS
     assert not model_args.use_peft  # full fine-tune unless --use_peft
 
@@ -49,9 +56,7 @@ def test_a_shipped_config_sets_no_deprecated_option(config):
 def test_a_shipped_warm_up_config_parses_and_sets_no_deprecated_option(config):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        args, sft_config, model_args = TrlParser((WarmUpArguments, WarmUpConfig, ModelConfig)).parse_args_and_config(
-            ["--config", str(ROOT / config)]
-        )
+        args, _, sft_config, model_args = parse_command_line(warm_up.OPTIONS, ["--config", str(ROOT / config)])
     deprecations = [str(w.message) for w in caught if issubclass(w.category, (DeprecationWarning, FutureWarning))]
     assert deprecations == []
     assert args.demonstrations and model_args.model_name_or_path and sft_config.completion_only_loss
@@ -64,22 +69,22 @@ def test_the_recipe_asks_for_colocated_vllm_on_the_gpu():
 
 def test_without_cuda_the_config_falls_back_to_transformers_and_says_so(caplog):
     with caplog.at_level(logging.WARNING, logger="train"):
-        _, _, training_args, _ = parse_config("config.yaml")
+        *_, training_args, _ = parse_config("config.yaml")
     cuda = torch.cuda.is_available()
     assert training_args.use_vllm is cuda and training_args.bf16 is cuda
     assert ("No CUDA device: generating with transformers instead of vLLM" in caplog.text) is not cuda
 
 
 def test_command_line_overrides_the_file():
-    env_args, _, training_args, model_args = parse_config(
+    tasks, *_, training_args, model_args = parse_config(
         "config.yaml", "--task_name", "enter-text", "--max_steps", "7", "--use_peft", "--learning_rate", "1e-4"
     )
-    assert (env_args.task_name, training_args.max_steps, model_args.use_peft) == ("enter-text", 7, True)
+    assert (tasks.task_name, training_args.max_steps, model_args.use_peft) == ("enter-text", 7, True)
     assert training_args.learning_rate == 1e-4
 
 
 def test_smoke_config_loads():
-    _, _, training_args, model_args = parse_config("configs/smoke.yaml")
+    *_, training_args, model_args = parse_config("configs/smoke.yaml")
     assert model_args.model_name_or_path == ".cache/smoke-start"
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
@@ -110,7 +115,7 @@ def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("learning_rate: fast\n", [], "argument --learning_rate/--learning-rate: invalid float value: 'fast'"),
         ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
         ("settle_ms: 5000\n", [], "settle_ms must be from 0 to 2000, got 5000"),
-        ("task_name: click-tset\n", [], "task_name: unknown MiniWoB task 'click-tset'"),
+        ("task_name: click-tset\n", [], "task_name: unknown task 'click-tset'"),
         ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a MiniWoB task nor a preset"),
         ("num_generations: 3\n", [], "generation_batch_size (16) must be divisible by num_generations (3)"),
         ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
@@ -146,8 +151,8 @@ URLS = ["http://127.0.0.1:8811", "http://127.0.0.1:8812"]
 def test_env_url_takes_a_list_or_urls_separated_by_commas(tmp_path, yaml_text, overrides):
     config = tmp_path / "recipe.yaml"
     config.write_text((ROOT / "configs/smoke.yaml").read_text().replace("env_url: null\n", "") + yaml_text)
-    env_args, *_ = parse_args(["--config", str(config), *overrides])
-    assert env_args.env_url == URLS
+    _, _, servers, *_ = parse_args(["--config", str(config), *overrides])
+    assert servers.env_url == URLS
 
 
 def test_a_missing_config_file_is_named():
@@ -167,15 +172,15 @@ def test_train_py_exits_with_status_2_and_no_traceback_on_a_config_error(tmp_pat
 
 
 def test_the_learning_benchmark_config_plays_one_action_per_episode_on_the_cpu():
-    env_args, _, training_args, model_args = parse_config("configs/learning.yaml")
-    assert env_args.max_turns == 1 and model_args.dtype == "float32" and training_args.use_vllm is False
+    _, episodes, *_, training_args, model_args = parse_config("configs/learning.yaml")
+    assert episodes.max_turns == 1 and model_args.dtype == "float32" and training_args.use_vllm is False
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
 
 def test_the_page_reading_benchmark_config_gives_every_task_room_for_its_actions(tokenizer):
-    env_args, rollout_args, training_args, _ = parse_config("configs/page_reading.yaml")
-    assert list(env_args.task_weights()) == PRESETS["page-reading"] and rollout_args.curriculum is False
-    assert env_args.max_turns >= 3  # login-user's three actions
+    tasks, episodes, *_, training_args, _ = parse_config("configs/page_reading.yaml")
+    assert list(tasks.task_weights()) == PRESETS["page-reading"] and tasks.curriculum is False
+    assert episodes.max_turns >= 3  # login-user's three actions
     # A fill of a 12-letter name, or of a six-character password, and its end fit, in the tests' tokenizer and in
     # the benchmark's (MiniWoB's words whole, random letters apart).
     for words in (tokenizer, build_tokenizer(miniwob_vocabulary=True)):
@@ -190,17 +195,20 @@ def test_an_unknown_command_line_argument_is_named():
         parse_args(["--config", str(ROOT / "configs/smoke.yaml"), "--max_turnz", "3"])
 
 
-def test_train_py_passes_over_the_cloud_launchers_keys(tmp_path):
+def test_a_command_passes_over_the_keys_of_the_others_and_refuses_unknown_ones(tmp_path):
     config = tmp_path / "recipe.yaml"
-    config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpu: H100\nmodal_anything: 1\n")
-    *_, model_args = parse_args(["--config", str(config)])  # modal_app.py checks them, train.py not
+    config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpu: H100\ndemonstrations: d.jsonl\n")
+    *_, model_args = parse_args(["--config", str(config)])  # modal_app.py's and the warm-up's keys
     assert model_args.model_name_or_path == ".cache/smoke-start"
+    config.write_text((ROOT / "configs/smoke.yaml").read_text() + "modal_gpuu: H100\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'modal_gpuu' \(did you mean 'modal_gpu'\?\)"):
+        parse_args(["--config", str(config)])
 
 
 def test_one_step_of_the_recipes_full_fine_tune_changes_nearly_every_weight(tiny_model):
     # The trainer holds the weights in the dtype the recipe loads them in. In bf16, one AdamW step at 5e-6 changes
     # about one entry in twelve of a matrix of N(0, 0.02) weights; the other updates round away.
-    _, _, training_args, model_args = parse_config("config.yaml", "--model_name_or_path", tiny_model)
+    *_, training_args, model_args = parse_config("config.yaml", "--model_name_or_path", tiny_model)
     weight = (
         AutoModelForCausalLM.from_pretrained(tiny_model, dtype=model_args.dtype).model.layers[0].feed_forward.w1.weight
     )
@@ -224,7 +232,7 @@ def test_a_model_path_that_does_not_exist_is_named_with_how_to_make_it(tmp_path)
 
 
 def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_curriculum():
-    env_args, rollout_args, training_args, _ = parse_config("configs/browsergym_train.yaml")
-    assert sorted(env_args.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(env_args.tasks) == 1
-    assert len(env_args.task_weights()) == 62 and rollout_args.curriculum is True
+    tasks, *_, training_args, _ = parse_config("configs/browsergym_train.yaml")
+    assert sorted(tasks.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(tasks.tasks) == 1
+    assert len(tasks.task_weights()) == 62 and tasks.curriculum is True
     assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0

@@ -16,9 +16,9 @@ import psutil
 import pytest
 import torch
 
-import train
+from browser_rl.metrics import METRICS_FILE, read_metrics
+from browser_rl.trainer import last_complete_checkpoint
 from helpers import RESUMABLE, ROOT, weights
-from metrics import METRICS_FILE, read_metrics
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,7 @@ def test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once(two_ranks)
         seeds = [{seed for _, seed, _ in rank["episodes"]} for rank in (rank_first, rank_second)]
         assert seeds[0].isdisjoint(seeds[1])
 
-    # One pool for both ranks: every env_server.py process says so when it starts serving, whatever the rank that
+    # One pool for both ranks: every environment server says so when it starts serving, whatever the rank that
     # started it logs.
     assert len(re.findall(r"env_server INFO serving MiniWoB", log)) == 1
 
@@ -109,7 +109,7 @@ def test_a_killed_launch_resumes_on_both_ranks_and_ends_with_the_uninterrupted_w
     while (left := ranks_of(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, "ranks went on training after their launcher was killed"
-    resumed_from = train.last_complete_checkpoint(tmp_path)
+    resumed_from = last_complete_checkpoint(tmp_path)
     assert resumed_from is not None and not (tmp_path / "model.safetensors").exists()
     done_before = int(resumed_from.rsplit("-", 1)[1])
     assert 2 <= done_before < STEPS

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from arguments import EnvArguments
-from demonstrations import DemonstrationsError, load, of_episode, replay, save, sft_dataset
-from env_client import ServerPool
-from generation import written
-from prompts import ChatTurns
-from rollout import EpisodeRunner
-from scripted_policy import plan_of
+from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
+from browser_rl.generation import written
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
+from warm_start.demonstrations import DemonstrationsError, load, of_episode, replay, save, sft_dataset
+from warm_start.plans import plan_of
 
 # Per task, what the policy writes turn by turn: wrong actions (an error, no action, a cut-off reply) before the
 # plan's right ones, so that every kind of turn message is rendered.
@@ -35,7 +35,8 @@ def played_episodes(env_server, tokenizer, max_turns: int):
                 replies.append(written(tokenizer, step))
         return replies
 
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=max_turns, lockstep=True))
+    settings = EpisodeSettings(max_turns=max_turns)
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, settings, lockstep=True)
     try:
         return runner.run([(task, seed) for task in DETOURS for seed in (2_000_000, 2_000_001)], policy)
     finally:
@@ -51,9 +52,9 @@ def test_a_demonstration_renders_as_the_live_episode_that_played_it(env_server, 
     }
     enter_text = next(e for e in episodes if e.task_name == "enter-text")
     assert "bid" in enter_text.errors[0] and enter_text.actions[1:3] == [None, None]
-    save([of_episode(e) for e in episodes], tmp_path / "demos.jsonl")
+    save([of_episode(e, DEFAULTS) for e in episodes], tmp_path / "demos.jsonl")
     recorded = load(tmp_path / "demos.jsonl")
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     for episode, demonstration in zip(episodes, recorded, strict=True):
         offline = replay(demonstration, chat)
         assert offline.prompt_ids == episode.prompt_ids
@@ -72,9 +73,9 @@ def test_a_demonstration_renders_as_the_live_episode_that_played_it(env_server, 
 
 def test_an_episode_that_ran_out_of_turns_renders_without_a_message_after_its_last_reply(env_server, tokenizer):
     episodes = played_episodes(env_server, tokenizer, max_turns=1)
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     for episode in episodes:
-        offline = replay(of_episode(episode), chat)
+        offline = replay(of_episode(episode, DEFAULTS), chat)
         assert (offline.context(), offline.env_mask) == (episode.context(), episode.env_mask)
         assert offline.completion_ids[-1] == tokenizer.eos_token_id
 
@@ -115,7 +116,7 @@ def test_every_bad_row_is_named_by_its_line_and_field(tmp_path):
     for line, says in [
         (2, "Invalid JSON"),
         (3, "version: Input should be 1"),
-        (4, "task: Value error, unknown MiniWoB task 'click-tset'"),
+        (4, "task: Value error, unknown task 'click-tset'"),
         (5, "turns: List should have at least 1 item"),
         (6, "turns[0].reply: Field required"),
         (7, "seed: Input should be greater than or equal to 0"),
@@ -139,7 +140,7 @@ def test_unsuccessful_episodes_are_left_out_unless_asked_for(tmp_path):
 def test_an_episode_too_long_for_the_model_is_an_error_not_a_cut(tokenizer, tmp_path):
     path = tmp_path / "demos.jsonl"
     write_rows(path, [GOOD])
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     (row,) = sft_dataset(load(path), chat, max_length=100_000)
     assert sum(row["completion_mask"]) == len(tokenizer.encode("click('13')", add_special_tokens=False)) + 1
     with pytest.raises(DemonstrationsError, match=f"longer than {len(row['input_ids']) - 1} tokens"):

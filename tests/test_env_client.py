@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from env_client import BrowserGymEnv, ServerPool, client_token, free_port
+from browser_rl.servers import ServerPool
+from env_client import BrowserGymEnv, client_token, free_port
 from helpers import ROOT
 from web_env.models import TOKEN_VARIABLE
 
@@ -46,8 +47,9 @@ def test_the_token_comes_from_the_argument_else_the_environment(monkeypatch):
 def test_the_client_side_reads_the_token_variable_in_one_place():
     readers = [
         (path.name, line.strip())
-        for path in [*ROOT.glob("*.py"), *ROOT.glob("bench/*.py")]
-        if path.name != "env_server.py"  # the server's own token
+        for path in ROOT.rglob("*.py")
+        if not {".venv", "tests"} & set(path.relative_to(ROOT).parts)
+        and path.parts[-3:-1] != ("web_env", "server")  # the server's own token
         for line in path.read_text().splitlines()
         if re.search(r"environ(\.get\(|\[)TOKEN_VARIABLE", line)
     ]

@@ -1,4 +1,4 @@
-"""env_server.py keeps stock BrowserGym's task semantics: same goal, same accessibility tree, same reward and
+"""The environment server keeps stock BrowserGym's task semantics: same goal, same accessibility tree, same reward and
 termination for the same seed and actions. The stock environment runs here, in this process, beside a
 real server; scripted policies play right and wrong action sequences through both."""
 
@@ -10,7 +10,7 @@ import pytest
 from browsergym.utils.obs import flatten_axtree_to_str
 
 from env_client import BrowserGymEnv
-from scripted_policy import PLANS, plan
+from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 

@@ -1,4 +1,5 @@
-"""A real env_server.py process driving real Chromium, reached through the OpenEnv client."""
+"""A real environment server process (python -m web_env.server) driving real Chromium, reached through the OpenEnv
+client."""
 
 import asyncio
 import contextlib

@@ -14,17 +14,18 @@ import pytest
 from PIL import Image
 
 import train
-from arguments import EnvArguments
-from evaluate import (
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import ConfigError
+from browser_rl.evaluation import (
     CHART_FILE,
-    EvalArguments,
     batches_keeping_tasks,
     evaluate,
+    instances_to_play,
     protocol_differences,
     report,
-    task_instances,
     wilson_interval,
 )
+from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from helpers import ROOT, parse_config
 
 
@@ -40,7 +41,7 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_mode
     args = EvalArguments(
         model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path), screenshots=True
     )
-    summary = evaluate(args, EnvArguments(max_turns=2, env_url=env_server.url))
+    summary = evaluate(args, TaskArguments(), EpisodeArguments(max_turns=2), ServerArguments(env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert sorted(r["seed"] for r in records) == list(range(1_000_000, 1_000_005))  # held out from training seeds
     assert all(len(r["replies"]) == len(r["actions"]) == r["turns"] for r in records)
@@ -102,7 +103,8 @@ def test_evaluate_a_lora_adapter_directory_from_the_command_line(tiny_model, env
 
 def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, env_server, tmp_path):
     args = EvalArguments(model=tiny_model, episodes=3, batch_size=6, output_dir=str(tmp_path))
-    summary = evaluate(args, EnvArguments(max_turns=1, env_url=env_server.url, tasks=["click-test", "click-button"]))
+    tasks = TaskArguments(tasks=["click-test", "click-button"])
+    summary = evaluate(args, tasks, EpisodeArguments(max_turns=1), ServerArguments(env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert sorted((r["task_name"], r["seed"]) for r in records) == sorted(
         (task, seed) for task in ("click-test", "click-button") for seed in range(1_000_000, 1_000_003)
@@ -117,6 +119,11 @@ def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, e
     assert Image.open(tmp_path / CHART_FILE).width > 300
 
 
+def on_server(env_server) -> tuple:
+    """The task, episode and server arguments of an evaluation of the default task on the shared server."""
+    return TaskArguments(), EpisodeArguments(), ServerArguments(env_url=[env_server.url])
+
+
 def browsergym_episodes(benchmark) -> list[tuple[str, int, int]]:
     return [(a.task_name.removeprefix("miniwob."), a.task_seed, a.max_steps) for a in benchmark.env_args_list]
 
@@ -129,7 +136,7 @@ def test_the_protocol_plays_browsergym_s_own_benchmark_tasks_seeds_and_step_limi
 
     benchmark = DEFAULT_BENCHMARKS[name]()
     benchmark = benchmark.subset_from_split(split) if split else benchmark
-    instances, max_steps = task_instances(EvalArguments(model="m", benchmark=name, split=split), EnvArguments())
+    instances, max_steps = instances_to_play(EvalArguments(model="m", benchmark=name, split=split), TaskArguments())
     assert [(task, seed, max_steps) for task, seed in instances] == browsergym_episodes(benchmark)
     if (name, split) == ("miniwob", None):
         assert len(instances) == 625 and len({task for task, _ in instances}) == 125 and max_steps == 10
@@ -149,19 +156,19 @@ def test_batches_play_every_episode_once_and_keep_each_task_in_its_lane(tasks, p
 
 
 def test_the_wait_before_observing_is_a_difference_unless_it_is_browsergym_s():
-    def waits(env: EnvArguments) -> list[str]:
-        return [difference for difference in protocol_differences(env) if "before observing" in difference]
+    def waits(settings: EpisodeSettings) -> list[str]:
+        return [difference for difference in protocol_differences(settings) if "before observing" in difference]
 
-    assert waits(EnvArguments(settle_ms=500)) == []
-    assert waits(EnvArguments())[0].startswith("the server's wait before observing")
-    assert waits(EnvArguments(settle_ms=0))[0].startswith("a wait of 0 ms before observing")
+    assert waits(EpisodeSettings(settle_ms=500)) == []
+    assert waits(EpisodeSettings())[0].startswith("a wait of 0 ms before observing")
+    assert waits(EpisodeSettings(settle_ms=100))[0].startswith("a wait of 100 ms before observing")
 
 
 def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evaluation_s_directory(
     tiny_model, env_server, tmp_path
 ):
     args = dict(model=tiny_model, benchmark="miniwob_tiny_test", batch_size=2, output_dir=str(tmp_path))
-    summary = evaluate(EvalArguments(**args), EnvArguments(env_url=env_server.url))
+    summary = evaluate(EvalArguments(**args), *on_server(env_server))
     episodes = tmp_path / "episodes.jsonl"
     records = [json.loads(line) for line in episodes.read_text().splitlines()]
     from browsergym.experiments.benchmark import DEFAULT_BENCHMARKS
@@ -181,23 +188,23 @@ def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evalu
     # A crash after two episodes, the third cut off mid-line: the rerun plays the two missing ones, no more.
     lines = episodes.read_text().splitlines(keepends=True)
     episodes.write_text("".join(lines[:2]) + lines[2][:20])
-    resumed = evaluate(EvalArguments(**args), EnvArguments(env_url=env_server.url))
+    resumed = evaluate(EvalArguments(**args), *on_server(env_server))
     again = episodes.read_text().splitlines(keepends=True)
     assert again[:2] == lines[:2] and len(again) == 4 and resumed["episodes"] == 4
     assert sorted(again) == sorted(lines)  # greedy: the replayed episodes are the same episodes
-    with pytest.raises(ValueError, match=r"holds an evaluation with other settings \(temperature\)"):
-        evaluate(EvalArguments(**args | {"temperature": 1.0}), EnvArguments(env_url=env_server.url))
+    with pytest.raises(ConfigError, match=r"holds an evaluation with other settings \(temperature\)"):
+        evaluate(EvalArguments(**args | {"temperature": 1.0}), *on_server(env_server))
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
     evaluate(
         EvalArguments(**args | {"model": str(model), "output_dir": str(tmp_path / "eval")}),
-        EnvArguments(env_url=env_server.url),
+        *on_server(env_server),
     )
     (model / "config.json").touch()  # trained further in place: another model
-    with pytest.raises(ValueError, match=r"other settings \(model_files\)"):
+    with pytest.raises(ConfigError, match=r"other settings \(model_files\)"):
         evaluate(
             EvalArguments(**args | {"model": str(model), "output_dir": str(tmp_path / "eval")}),
-            EnvArguments(env_url=env_server.url),
+            *on_server(env_server),
         )
 
 
@@ -237,5 +244,10 @@ def test_a_mistaken_evaluation_says_what_is_wrong_before_loading_anything(argume
 
 
 def test_the_protocol_takes_no_task_list_of_its_own():
-    with pytest.raises(ValueError, match="leave --tasks out"):
-        evaluate(EvalArguments(model="m", benchmark="miniwob"), EnvArguments(tasks=["click-test"]))
+    with pytest.raises(ConfigError, match="leave --tasks out"):
+        evaluate(
+            EvalArguments(model="m", benchmark="miniwob"),
+            TaskArguments(tasks=["click-test"]),
+            EpisodeArguments(),
+            ServerArguments(),
+        )

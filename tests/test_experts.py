@@ -1,18 +1,19 @@
-"""The scripted experts (experts.py): each solves its task on a few held-out seeds, reading only what the policy
-reads, and their demonstrations are what warm_up.py learns from. bench/expert_success.py measures them on 100 seeds
-each (docs/experts.md)."""
+"""The scripted experts (warm_start.experts): each solves its task on a few held-out seeds, reading only what the
+policy reads, and their demonstrations are what a warm-up learns from. bench/expert_success.py measures them on 100
+seeds each (docs/experts.md)."""
 
 from contextlib import closing
 
 import pytest
 
-from arguments import EnvArguments
-from demonstrations import record
-from env_client import ServerPool
-from experts import EXPERTS, expert_policy, nodes
-from prompts import ChatTurns
-from rollout import EpisodeRunner
-from tasks import browsergym_split_of
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
+from browser_rl.tasks import browsergym_split_of
+from warm_start.experts import EXPERTS, expert_policy
+from warm_start.page_tree import nodes
+from warm_start.record import record
 
 SEEDS = range(3_000_100, 3_000_102)  # held out: apart from training's, evaluation's and recorded demonstrations'
 
@@ -36,9 +37,9 @@ def test_a_page_line_reads_as_its_bid_role_name_and_value():
 
 @pytest.mark.slow
 def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer):
-    env = EnvArguments(max_turns=15, max_page_chars=4000)
+    settings = EpisodeSettings(max_turns=15, max_page_chars=4000)
     specs = [(task, seed) for task in sorted(EXPERTS) for seed in SEEDS]
-    with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, env)) as runner:
+    with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, settings)) as runner:
         played = record(runner, specs, expert_policy(ChatTurns(tokenizer, 4000)))
     unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
     assert unsolved == []

@@ -1,5 +1,5 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
-every MiniWoB task restarts so but those miniwob_env.LOADED_AFRESH lists, each with its reason. The environment runs
+every MiniWoB task restarts so but those environment.LOADED_AFRESH lists, each with its reason. The environment runs
 in this process, as bench/restarts.py runs it: sessions that restart whenever they can, and ones that load every
 episode, on four browsers.
 
@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench import restarts
-from tasks import PRESETS
-from web_env.server import environment as miniwob_env
+from browser_rl.tasks import PRESETS
+from web_env.server import environment
 from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
@@ -85,7 +85,7 @@ def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
 @pytest.fixture(scope="module")
 def every_task_compared(pool):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(miniwob_env, "CONTEXT_EPISODES", 1_000_000)
+        patch.setattr(environment, "CONTEXT_EPISODES", 1_000_000)
         return side_by_side(sorted(TASK_CLASSES), lambda tasks: restarts_compared(pool, tasks))
 
 
@@ -196,10 +196,10 @@ def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):
 
 
 def test_a_session_moves_to_a_new_browser_context_every_context_episodes(restarting, monkeypatch):
-    monkeypatch.setattr(miniwob_env, "CONTEXT_EPISODES", 3)
+    monkeypatch.setattr(environment, "CONTEXT_EPISODES", 3)
     reset(restarting, "click-test", 1)
     context = restarting._context
-    while restarting._episodes_in_context < miniwob_env.CONTEXT_EPISODES:
+    while restarting._episodes_in_context < environment.CONTEXT_EPISODES:
         assert reset(restarting, "click-test", 2)["restarted_in_page"]
         assert restarting._context is context
     renewed = restarting.reset(task_name="click-test", seed=3, fields=restarts.FIELDS)

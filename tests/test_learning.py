@@ -17,9 +17,11 @@ from trl import ModelConfig
 
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
+from bench.weak_starts import weak_start_config
+from browser_rl.episode_settings import DEFAULTS
 from helpers import ROOT
-from tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
-from warm_up import fine_tune, weak_start_config
+from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
+from warm_start.warm_up import fine_tune
 
 
 @pytest.mark.slow
@@ -49,7 +51,8 @@ def reply_probability(model, tokenizer, context: list[int], reply: str) -> float
 
 
 def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tiny_model, tokenizer, tmp_path):
-    """warm_up.fine_tune, the warm-ups' supervised step, after it has shown the model one reply again and again."""
+    """warm_start.warm_up.fine_tune, the warm-ups' supervised step, after it has shown the model one reply again and
+    again."""
     prompt = [{"role": "user", "content": "Goal: Click the button.\n\nPage:\n[13] button 'OK'"}]
     context = tokenizer.encode(
         tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True), add_special_tokens=False
@@ -61,8 +64,9 @@ def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tin
     untrained = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert reply_probability(untrained, tokenizer, context, "click('13')") < 1e-6  # a dozen tokens of about 600
 
+    config = weak_start_config(tmp_path, 40, 4, 3e-3)
     trained = AutoModelForCausalLM.from_pretrained(
-        fine_tune(ModelConfig(model_name_or_path=tiny_model), weak_start_config(tmp_path, 40, 4, 3e-3), dataset)
+        fine_tune(ModelConfig(model_name_or_path=tiny_model), config, dataset, DEFAULTS)
     )
     assert reply_probability(trained, tokenizer, context, "click('13')") > 0.8
     assert reply_probability(trained, tokenizer, context, "click('14')") < 0.05

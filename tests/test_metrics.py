@@ -1,9 +1,9 @@
 """What a run reports about itself: the step line's weakest task, where success started and ended, the environment's
 cost, and success per BrowserGym split."""
 
-from metrics import breakdown, environment_cost, episode_metrics, success_trend, weakest_task
-from rollout import Episode
-from tasks import PRESETS
+from browser_rl.metrics import breakdown, environment_cost, episode_metrics, success_trend, weakest_task
+from browser_rl.rollout import Episode
+from browser_rl.tasks import PRESETS
 
 
 def test_the_step_line_names_the_weakest_task_when_there_are_several():

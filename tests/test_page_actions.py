@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from browsergym.core.action.base import execute_python_code
 
-from scripted_policy import plan
+from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup, page_actions

@@ -1,4 +1,5 @@
-from prompts import SYSTEM_PROMPT, ChatTurns, feedback
+from browser_rl.episode_settings import DEFAULTS
+from browser_rl.prompts import SYSTEM_PROMPT, ChatTurns, feedback
 from web_env.models import BrowserGymObservation
 
 PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
@@ -9,14 +10,14 @@ def observation(**fields):
 
 
 def test_first_prompt_is_system_then_page_and_goal_then_assistant_header(tokenizer):
-    text = tokenizer.decode(ChatTurns(tokenizer).first_prompt(observation()))
+    text = tokenizer.decode(ChatTurns(tokenizer, DEFAULTS.max_page_chars).first_prompt(observation()))
     assert text.startswith("<|startoftext|><|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n")
     user = "<|im_start|>user\nPage:\n" + PAGE + "\n\nGoal: Click the button.<|im_end|>\n"
     assert text.endswith(user + "<|im_start|>assistant\n")
 
 
 def test_every_later_message_says_the_outcome_then_the_page_then_the_goal_again(tokenizer):
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     message = chat.observation_message(observation(), "Step 2. Action click('13') done.")
     assert message == "Step 2. Action click('13') done.\n\nPage:\n" + PAGE + "\n\nGoal: Click the button."
 
@@ -28,7 +29,7 @@ def test_page_is_truncated_to_the_configured_length(tokenizer):
 
 
 def test_next_turn_after_a_reply_that_ended_itself(tokenizer):
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     reply = tokenizer.encode("click('13')", add_special_tokens=False) + [tokenizer.eos_token_id]
     text = tokenizer.decode(chat.next_turn(reply, "Step 2."))
     # The model already wrote <|im_end|>; the environment adds only what follows it.
@@ -36,14 +37,14 @@ def test_next_turn_after_a_reply_that_ended_itself(tokenizer):
 
 
 def test_next_turn_after_a_reply_cut_at_the_token_limit_closes_it(tokenizer):
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     reply = tokenizer.encode("click('1", add_special_tokens=False)
     text = tokenizer.decode(chat.next_turn(reply, "Step 2."))
     assert text == "<|im_end|>\n<|im_start|>user\nStep 2.<|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_turns_concatenate_to_what_the_chat_template_renders(tokenizer):
-    chat = ChatTurns(tokenizer)
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     first = observation()
     reply = tokenizer.encode("click('13')", add_special_tokens=False) + [tokenizer.eos_token_id]
     ids = chat.first_prompt(first) + reply + chat.next_turn(reply, "Step 2.")
@@ -75,7 +76,8 @@ def test_page_drops_repeated_text_and_urls_and_keeps_every_element(tokenizer):
         "\t[19] link 'Tab #1', url='file:///home/user/miniwob/click-tab.html#tabs-1'\n"
         "\t[21] textbox '', focused"
     )
-    page = ChatTurns(tokenizer).page(BrowserGymObservation(goal="", axtree_txt=axtree, text=axtree))
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
+    page = chat.page(BrowserGymObservation(goal="", axtree_txt=axtree, text=axtree))
     assert page == (
         "Page:\nRootWebArea 'Click Button Task', focused\n"
         "\tStaticText 'faucibus in nibh'\n"

@@ -10,22 +10,24 @@ import sys
 
 import pytest
 
-import env_client
 import train
+from bench.weak_starts import weak_start
+from browser_rl import servers
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import EnvironmentUnavailable
+from browser_rl.metrics import METRICS_FILE, read_metrics
 from env_client import free_port
 from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
-from metrics import METRICS_FILE, read_metrics
-from scripted_policy import right_only
-from warm_up import warm_up
+from warm_start.plans import right_only
 
 
 @pytest.fixture(scope="module")
 def clicking_model(tmp_path_factory, tiny_model, env_server):
     """A tiny LFM2 taught to click click-test's button: every episode it plays is solved, so a zero reward
-    in its training log could only come from the environment."""
-    return warm_up(
-        tiny_model, tmp_path_factory.mktemp("clicking"), env_server.url, ["click-test"], right_only, 60, 4, 3e-3
-    )
+    in its training log could only come from the environment. Made for FAST's two turns."""
+    clicking = tmp_path_factory.mktemp("clicking")
+    settings = EpisodeSettings(max_turns=2)
+    return weak_start(tiny_model, clicking, env_server.url, ["click-test"], right_only, settings, 60, 4, 3e-3)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +111,7 @@ def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_mo
 
 def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp_path, monkeypatch):
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    monkeypatch.setattr(env_client, "REMOTE_RECOVERY_WAIT_S", 0.1)
+    monkeypatch.setattr(servers, "REMOTE_RECOVERY_WAIT_S", 0.1)
     args = parse_config(
         "configs/smoke.yaml",
         "--model_name_or_path",
@@ -122,7 +124,7 @@ def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp
         "2",
         *FAST,
     )
-    with pytest.raises(train.EnvironmentUnavailable, match=r"failed 3x in a row, last with ConnectionError"):
+    with pytest.raises(EnvironmentUnavailable, match=r"failed 3x in a row, last with ConnectionError"):
         train.main(*args)
 
     result = subprocess.run(

@@ -5,21 +5,20 @@ import time
 import pytest
 import torch
 
-import train
-from arguments import EnvArguments
-from env_client import ServerPool
-from generation import Reply, written
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.generation import Reply, written
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
 from helpers import (
+    built_trainer,
     click_the_button,
-    parse_config,
     policy_turns,
     recomputed_logprobs,
     recorded_generation,
     scored_episodes,
     segments,
 )
-from rollout import EpisodeRunner
-from scripted_policy import following_plans, plan_of
+from warm_start.plans import following_plans, plan_of
 
 
 def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(env_server, tokenizer):
@@ -42,7 +41,7 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
             replies.append(Reply(ids, [-1.0] * len(ids), ended))
         return replies
 
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=3, lockstep=True))
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=3), lockstep=True)
     try:
         episodes = runner.run([("click-test", 5)] * 4, scripted_policy)
     finally:
@@ -84,15 +83,14 @@ def test_episodes_run_batched_and_record_exactly_what_the_policy_saw_and_wrote(e
 def test_trainer_scores_each_reply_against_the_context_it_was_sampled_from(
     env_server, tiny_model, tokenizer, monkeypatch, tmp_path, lora
 ):
-    env_args, rollout_args, training_args, model_args = parse_config(
-        "configs/smoke.yaml",
-        *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path), "--env_url", env_server.url),
+    sampled = recorded_generation(monkeypatch, "transformers_generate")
+    trainer, runner = built_trainer(
+        tokenizer,
+        env_server.url,
+        *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path)),
         *("--max_turns", "3", "--num_generations", "2", "--per_device_train_batch_size", "2"),
         *(["--use_peft"] if lora else []),
     )
-    sampled = recorded_generation(monkeypatch, "transformers_generate")
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, env_args)
-    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
     out = scored_episodes(trainer, runner, lora_std=0.05 if lora else None)
 
     # env_mask marks exactly the sampled replies, each after the very context it was sampled from.
@@ -127,7 +125,7 @@ def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_se
     runs = {}
     for lockstep in (True, False):
         calls = []
-        runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=5, lockstep=lockstep))
+        runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=5), lockstep=lockstep)
         try:
             episodes = runner.run([("login-user", seed) for seed in range(6)], policy)
         finally:
@@ -144,7 +142,7 @@ def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_se
 
 
 def test_an_episode_goes_to_a_session_whose_page_holds_its_task(env_server, tokenizer):
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=1))
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=1))
     try:
         runner.run(
             [("click-test", 1), ("click-test", 2), ("enter-text", 1), ("enter-text", 2)], following_plans(tokenizer)
@@ -162,7 +160,7 @@ def test_the_wait_before_each_observation_a_run_picks_reaches_the_server(env_ser
         ids = tokenizer.encode("noop(0)", add_special_tokens=False) + [tokenizer.eos_token_id]
         return [Reply(ids, [-1.0] * len(ids), True) for _ in episodes]
 
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EnvArguments(max_turns=2, settle_ms=2000))
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=2, settle_ms=2000))
     try:
         start = time.perf_counter()
         (episode,) = runner.run([("click-test", 3)], noops)

@@ -1,5 +1,5 @@
-"""SFT phases during GRPO (sft_phases.py): when a phase begins, what it trains on, and a run with phases that resumes
-from a checkpoint inside a phase and ends bit-identical to the run that was not interrupted."""
+"""SFT phases during GRPO (browser_rl/sft_phases.py): when a phase begins, what it trains on, and a run with phases
+that resumes from a checkpoint inside a phase and ends bit-identical to the run that was not interrupted."""
 
 import json
 import re
@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from browser_rl.metrics import METRICS_FILE, read_metrics
+from browser_rl.sft_phases import STATE_FILE, SftPhases, reply_loss
 from helpers import RESUMABLE_WITH_PHASES, ROOT, click_the_button, train_command, weights
-from metrics import METRICS_FILE, read_metrics
-from sft_phases import STATE_FILE, SftPhases, reply_loss
 
 
 def phases(**settings) -> SftPhases:

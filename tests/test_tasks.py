@@ -4,10 +4,9 @@ import collections
 
 import pytest
 
-import train
-from metrics import same_reward_share
-from rollout import Episode
-from tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks
+from browser_rl.metrics import same_reward_share
+from browser_rl.rollout import Episode
+from browser_rl.tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks, task_instances
 from web_env.models import MINIWOB_TASKS
 
 
@@ -86,7 +85,7 @@ def test_ranks_draw_alike_so_a_group_split_between_two_plays_one_task():
     seed_of_prompt = {f"seed {seed}": seed for seed in (4, 9, 2, 7)}
     first, second = prompts[:6], prompts[6:]  # each rank's share; seed 9's group falls on both
     ranks = [TaskSampler({"click-test": 1.0, "enter-text": 1.0}, curriculum=False, seed=3) for _ in range(2)]
-    played = [train.task_instances(share, prompts, seed_of_prompt, ranks[i]) for i, share in enumerate((first, second))]
+    played = [task_instances(share, prompts, seed_of_prompt, ranks[i]) for i, share in enumerate((first, second))]
     tasks_of_seed = {}
     for task, seed in played[0] + played[1]:
         tasks_of_seed.setdefault(seed, set()).add(task)
@@ -97,7 +96,7 @@ def test_ranks_draw_alike_so_a_group_split_between_two_plays_one_task():
 def test_each_group_plays_one_task_instance_and_groups_that_agree_are_counted():
     sampler = TaskSampler({"click-test": 1.0, "enter-text": 1.0}, curriculum=False, seed=0)
     prompts = ["seed 4"] * 4 + ["seed 9"] * 4 + ["seed 2"] * 4
-    instances = train.task_instances(prompts, prompts, {"seed 4": 4, "seed 9": 9, "seed 2": 2}, sampler)
+    instances = task_instances(prompts, prompts, {"seed 4": 4, "seed 9": 9, "seed 2": 2}, sampler)
     for group in range(3):
         assert len(set(instances[4 * group : 4 * group + 4])) == 1  # one (task, seed) per group
     assert [seed for _, seed in instances[::4]] == [4, 9, 2]

@@ -16,8 +16,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import AutoModelForCausalLM
 
 import train
+from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
 from helpers import FAST, ROOT, alive, parse_config, process_tree, train_command
-from metrics import CURVE_FILE, METRICS_FILE, read_metrics
 
 
 def run_training(tiny_model, env_url, output_dir, *extra):

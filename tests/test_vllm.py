@@ -23,20 +23,19 @@ import torch
 from transformers import AutoModelForCausalLM
 from vllm import SamplingParams
 
-import generation
 import train
-from env_client import ServerPool
+from browser_rl import generation
+from browser_rl.rollout import sampling
 from helpers import (
+    built_trainer,
     first_prompt,
-    parse_config,
     policy_turns,
     recomputed_logprobs,
     recorded_generation,
     scored_episodes,
     segments,
 )
-from rollout import EpisodeRunner, sampling
-from scripted_policy import plan
+from warm_start.plans import plan
 
 BF16_TOLERANCE = 0.05  # per-token log-probability of a near-certain token, engine (bf16) against trainer (fp32)
 BF16_MEAN_TOLERANCE = 0.01  # the same, averaged over the tokens of sampled episodes; see above
@@ -62,15 +61,13 @@ def small_cpu_kv_cache(monkeypatch):
 
 
 def vllm_trainer(model, env_server, tokenizer, output_dir, *overrides):
-    env_args, rollout_args, training_args, model_args = parse_config(
-        "configs/smoke.yaml",
+    return built_trainer(
+        tokenizer,
+        env_server.url,
         *VLLM,
-        *("--model_name_or_path", model, "--env_url", env_server.url, "--output_dir", str(output_dir)),
+        *("--model_name_or_path", model, "--output_dir", str(output_dir)),
         *("--num_generations", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", *overrides),
     )
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, env_args)
-    trainer = train.build_trainer(env_args, rollout_args, training_args, model_args, tokenizer, runner)
-    return trainer, runner
 
 
 def engine_logprobs(trainer, ids: list[int]) -> torch.Tensor:

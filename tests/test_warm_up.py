@@ -1,4 +1,4 @@
-"""Starting policies: the weak starts' mix of right and wrong episodes, and warm_up.py's fine-tune of any
+"""Starting policies: the weak starts' mix of right and wrong episodes, and warm_start.warm_up's fine-tune of any
 demonstrations file, full or LoRA, into a model train.py starts from."""
 
 import math
@@ -10,13 +10,20 @@ import pytest
 from transformers import AutoModelForCausalLM
 from trl import ModelConfig
 
-import demonstrations
-import warm_up
-from demonstrations import FIRST_SEED, DemonstrationsError, load, record_mix, save
-from env_client import ServerPool
-from helpers import ROOT
-from scripted_policy import Plan, a_third_right, plan
-from warm_up import WarmUpArguments, weak_start_config
+from bench.weak_starts import weak_start_config
+from browser_rl import episode_settings
+from browser_rl.command_line import parse_command_line
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import ConfigError, DemonstrationsError
+from browser_rl.options import FIRST_DEMONSTRATION_SEED, EpisodeArguments, WarmUpArguments
+from browser_rl.servers import ServerPool
+from helpers import ROOT, parse_config
+from warm_start import record, warm_up
+from warm_start.demonstrations import load, save
+from warm_start.plans import Plan, a_third_right, plan
+from warm_start.record import record_mix
+
+FIRST_SEED = FIRST_DEMONSTRATION_SEED
 
 
 @pytest.mark.parametrize("actions, solved_share", [(1, 1 / 3), (2, 1 / 4), (3, 8 / 27)])
@@ -31,9 +38,10 @@ def test_a_third_right_solves_a_task_about_a_third_of_the_time_however_many_acti
 
 
 def test_a_mix_demonstrates_each_reply_at_every_step_of_the_plan(env_server, tokenizer):
-    seeds = range(FIRST_SEED, FIRST_SEED + 2)
-    recorded = record_mix(ServerPool([env_server.url]), tokenizer, "login-user", seeds, a_third_right)
+    seeds, settings = range(FIRST_SEED, FIRST_SEED + 2), EpisodeSettings(max_turns=3)
+    recorded = record_mix(ServerPool([env_server.url]), tokenizer, "login-user", seeds, a_third_right, settings)
     assert len(recorded) == 3 * len(seeds)  # two rights and a wrong in three at each of three steps
+    assert {demonstration.settings for demonstration in recorded} == {settings}
     for demonstration in recorded:
         task_plan = plan("login-user", demonstration.goal, demonstration.turns[0].page)
         written = [turn.reply for turn in demonstration.turns]
@@ -48,11 +56,11 @@ def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_t
 ):
     """The command line, LoRA merged into the model it writes; a full fine-tune through the same `fine_tune` builds
     every weak start of the tests (conftest.py) and is checked on its own in test_learning.py."""
-    demonstrations = tmp_path / "demos.jsonl"
-    seeds = range(FIRST_SEED, FIRST_SEED + 4)
-    save(record_mix(ServerPool([env_server.url]), tokenizer, "click-test", seeds, a_third_right), demonstrations)
+    demonstrations, settings = tmp_path / "demos.jsonl", EpisodeSettings(max_turns=1, max_page_chars=1500)
+    seeds, servers = range(FIRST_SEED, FIRST_SEED + 4), ServerPool([env_server.url])
+    save(record_mix(servers, tokenizer, "click-test", seeds, a_third_right, settings), demonstrations)
     assert len(load(demonstrations)) == 4 and len(load(demonstrations, keep_failed=True)) == 12
-    command = [sys.executable, "warm_up.py", "--demonstrations", str(demonstrations)]
+    command = [sys.executable, "-m", "warm_start.warm_up", "--demonstrations", str(demonstrations)]
     command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--max_steps", "3"]
     command += ["--per_device_train_batch_size", "2", "--report_to", "none", "--save_strategy", "no"]
     command += ["--activation_checkpointing", "false", "--use_peft", "--lora_r", "4"]
@@ -64,20 +72,30 @@ def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_t
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert not (tmp_path / "warm" / "adapter_config.json").exists()
     assert any(not p.equal(base.get_parameter(n)) for n, p in warm.named_parameters())
+    assert episode_settings.saved_with(str(tmp_path / "warm")) == settings  # what its demonstrations were played with
 
 
-def test_make_smokes_recording_command_asks_for_the_mix_of_a_task_with_a_plan(capsys):
-    (line,) = [line for line in (ROOT / "Makefile").read_text().splitlines() if "$(PY) demonstrations.py" in line]
-    args = demonstrations.parse_args(shlex.split(line)[2:])  # after $(PY) demonstrations.py
-    assert (args.tasks, args.replies, args.episodes) == (["click-test"], "one_right_of_eight", 16)
-    with pytest.raises(SystemExit):  # an expert's recording of a task without one
-        demonstrations.parse_args(["--tasks", "click-test", "--output", "x.jsonl"])
-    assert "no expert for click-test" in capsys.readouterr().err
+def test_make_smokes_recording_command_records_the_mix_its_warm_up_reads_with_the_smoke_runs_settings():
+    (line,) = [line for line in (ROOT / "Makefile").read_text().splitlines() if "-m warm_start.record" in line]
+    arguments = shlex.split(line)[3:]  # after $(PY) -m warm_start.record
+    args, tasks, episodes, _, _ = parse_command_line(record.OPTIONS, arguments)
+    assert (tasks.task_weights(), args.replies, args.episodes) == ({"click-test": 1.0}, "one_right_of_eight", 16)
+    (warm_up_args, *_) = parse_command_line(warm_up.OPTIONS, ["--config", str(ROOT / "configs/warm_up/smoke.yaml")])
+    assert args.demonstrations == warm_up_args.demonstrations  # the file the warm-up then reads
+    _, smoke_run, *_ = parse_config("configs/smoke.yaml")
+    recorded_with = episode_settings.resolve(episodes, None, "the recording").settings
+    assert episode_settings.resolve(smoke_run, recorded_with, "the smoke start").overridden == ()
+
+
+def test_a_recording_of_a_task_without_an_expert_is_refused_before_any_server_starts():
+    with pytest.raises(ConfigError, match="tasks: no expert for click-test"):
+        record.main(["--tasks", "click-test", "--demonstrations", "x.jsonl", "--model_name_or_path", "m"])
 
 
 def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_model, tmp_path):
     (tmp_path / "demos.jsonl").write_text('{"version": 1}\n')
     args = WarmUpArguments(demonstrations=str(tmp_path / "demos.jsonl"))
+    config, model = weak_start_config(tmp_path, 1, 1, 1e-3), ModelConfig(model_name_or_path=tiny_model)
     with pytest.raises(DemonstrationsError, match="6 error\\(s\\)") as error:
-        warm_up.main(args, weak_start_config(tmp_path, 1, 1, 1e-3), ModelConfig(model_name_or_path=tiny_model))
+        warm_up.main(args, EpisodeArguments(), config, model)
     assert "demos.jsonl line 1: task: Field required" in str(error.value)

@@ -1,7 +1,7 @@
 """Scripted experts: for each task they know, the next action, read each turn off what the policy reads (the goal, and
 the page as the prompt shows it: compacted and cut at max_page_chars) and the expert's own actions so far.
 
-They write demonstrations (demonstrations.py) for a warm-up before RL; bench/expert_success.py measures how often each
+They record demonstrations (warm_start.record) for a warm-up before RL; bench/expert_success.py measures how often each
 solves its task. An expert reacts to the page it is shown: an autocomplete's list, a date picker's month, a page
 of results, a dialog that came up. Where what it needs is not on the page it is shown, it fails, as a policy would.
 """
@@ -9,11 +9,11 @@ of results, a dialog that came up. Where what it needs is not on the page it is 
 import calendar
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from generation import written
-from prompts import ChatTurns
-from rollout import Episode, Policy
+from browser_rl.generation import written
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import Episode, Policy
+from warm_start.page_tree import Node, find, nodes, quoted, texts_under
 
 # The expert's actions so far, each with the error it raised ("" if none), as the policy's messages tell them.
 History = list[tuple[str, str]]
@@ -23,53 +23,6 @@ Expert = Callable[[str, str, History], str]
 
 def succeeded(history: History) -> list[str]:
     return [action for action, error in history if not error]
-
-
-@dataclass
-class Node:
-    """One line of the accessibility tree as the prompt shows it."""
-
-    depth: int
-    bid: str | None
-    role: str
-    name: str
-    rest: str  # the properties after the name: value='...', checked='true', focused, ...
-
-    def value(self) -> str | None:
-        found = re.search(r"""value=(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")""", self.rest)
-        return next(part for part in found.groups() if part is not None) if found else None
-
-
-# A name is quoted with ' unless it holds one, then with ".
-LINE = re.compile(r"""^(\t*)(?:\[(\w+)\] )?(\S+) (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")(.*)$""")
-
-
-def nodes(page: str) -> list[Node]:
-    parsed = []
-    for line in page.removeprefix("Page:\n").splitlines():
-        if match := LINE.match(line):
-            tabs, bid, role, single, double, rest = match.groups()
-            parsed.append(Node(len(tabs), bid, role, single if single is not None else double, rest))
-    return parsed
-
-
-def find(page: str, role: str, name: str | None = None) -> list[Node]:
-    return [n for n in nodes(page) if n.role == role and n.bid and (name is None or n.name == name)]
-
-
-def texts_under(page: str, role: str) -> list[tuple[Node, str]]:
-    """Each element of a role with the text of the StaticText lines under it, joined by spaces."""
-    tree, found = nodes(page), []
-    for i, node in enumerate(tree):
-        if node.role == role and node.bid:
-            below = [n.name for n in tree[i + 1 :] if n.depth > node.depth]
-            below = below[: next((k for k, n in enumerate(tree[i + 1 :]) if n.depth <= node.depth), len(below))]
-            found.append((node, " ".join(t for t in below if t)))
-    return found
-
-
-def quoted(goal: str) -> list[str]:
-    return re.findall(r'"([^"]*)"', goal)
 
 
 def click(node: Node) -> str:

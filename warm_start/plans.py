@@ -1,16 +1,18 @@
-"""Scripted policies for MiniWoB tasks: the actions that solve a task instance, read off its goal and first page,
+"""Scripted plans for MiniWoB tasks: the actions that solve a task instance, read off its goal and first page,
 and actions of the same shape that leave it unsolved.
 
-The tests use them to drive the environment, the benchmarks to time it, and the warm-up of a starting policy
-(warm_up.py) to write its examples. The recipe itself never does: its policy learns from the reward alone.
+The tests use them to drive the environment, the benchmarks to time it, and the weak starts (warm_start.record
+--replies) to write their mixes of right and wrong episodes. The recipe itself never does: its policy learns from the
+reward alone. Where a task needs reading turn by turn, its expert does (warm_start.experts).
 """
 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from generation import written
-from rollout import Episode, Policy
+from browser_rl.generation import written
+from browser_rl.rollout import Episode, Policy
+from warm_start.page_tree import find, nodes, quoted
 
 
 @dataclass
@@ -21,28 +23,23 @@ class Plan:
 
 def bids(page: str, role: str, name: str | None = None) -> list[str]:
     """The bids of the page's elements of a role (and name), in page order."""
-    name_pattern = re.escape(name) if name is not None else "[^']*"
-    return re.findall(rf"\[(\w+)\] {role} '{name_pattern}'", page)
+    return [node.bid for node in find(page, role, name)]
 
 
-def quoted(goal: str) -> list[str]:
-    return re.findall(r'"([^"]*)"', goal)
-
-
-def click_test(goal: str, page: str) -> Plan:
+def click_test_plan(goal: str, page: str) -> Plan:
     return Plan(right=[f"click('{bids(page, 'button', 'Click Me!')[0]}')"], wrong=["click('9999')"])
 
 
-def click_button(goal: str, page: str) -> Plan:
+def click_button_plan(goal: str, page: str) -> Plan:
     (target,) = quoted(goal)
     targets = bids(page, "button", target)  # any button of that label solves it
     right = targets[0]
-    others = [bid for bid in re.findall(r"\[(\w+)\]", page) if bid not in targets]
+    others = [node.bid for node in nodes(page) if node.bid and node.bid not in targets]
     # A page may hold that button alone; hovering over it is valid and leaves the task unsolved.
     return Plan(right=[f"click('{right}')"], wrong=[f"click('{others[0]}')" if others else f"hover('{right}')"])
 
 
-def enter_text(goal: str, page: str) -> Plan:
+def enter_text_plan(goal: str, page: str) -> Plan:
     (text,) = quoted(goal)
     box, submit = bids(page, "textbox")[0], bids(page, "button", "Submit")[0]
     return Plan(
@@ -50,7 +47,7 @@ def enter_text(goal: str, page: str) -> Plan:
     )
 
 
-def login_user(goal: str, page: str) -> Plan:
+def login_user_plan(goal: str, page: str) -> Plan:
     user, password = quoted(goal)
     user_box, password_box = bids(page, "textbox")[:2]
     login = bids(page, "button", "Login")[0]
@@ -60,7 +57,7 @@ def login_user(goal: str, page: str) -> Plan:
     )
 
 
-def click_tab(goal: str, page: str) -> Plan:
+def click_tab_plan(goal: str, page: str) -> Plan:
     (target,) = re.findall(r"Tab #\d+", goal)
     right, wrong = (
         bids(page, "tab", target)[0],
@@ -69,7 +66,7 @@ def click_tab(goal: str, page: str) -> Plan:
     return Plan(right=[f"click('{right}')"], wrong=[f"click('{wrong}')"])
 
 
-def click_option(goal: str, page: str) -> Plan:
+def click_option_plan(goal: str, page: str) -> Plan:
     (option,) = re.findall(r"Select (.*) and click Submit", goal)
     right, wrong = (
         bids(page, "radio", option)[0],
@@ -79,7 +76,7 @@ def click_option(goal: str, page: str) -> Plan:
     return Plan(right=[f"click('{right}')", f"click('{submit}')"], wrong=[f"click('{wrong}')", f"focus('{submit}')"])
 
 
-def focus_text_2(goal: str, page: str) -> Plan:
+def focus_text_2_plan(goal: str, page: str) -> Plan:
     (nth,) = re.findall(r"(\d+)(?:st|nd|rd|th) input", goal)
     boxes = bids(page, "textbox")
     right = boxes[int(nth) - 1]
@@ -87,13 +84,13 @@ def focus_text_2(goal: str, page: str) -> Plan:
 
 
 PLANS = {
-    "click-test": click_test,
-    "click-button": click_button,
-    "click-tab": click_tab,
-    "click-option": click_option,
-    "focus-text-2": focus_text_2,
-    "enter-text": enter_text,
-    "login-user": login_user,
+    "click-test": click_test_plan,
+    "click-button": click_button_plan,
+    "click-tab": click_tab_plan,
+    "click-option": click_option_plan,
+    "focus-text-2": focus_text_2_plan,
+    "enter-text": enter_text_plan,
+    "login-user": login_user_plan,
 }
 
 

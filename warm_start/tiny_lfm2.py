@@ -1,6 +1,6 @@
 """Builds a tiny, randomly initialised LFM2 and its tokenizer, for tests and the CPU smoke run.
 
-    python tiny_lfm2.py --output .cache/tiny-lfm2
+    python -m warm_start.tiny_lfm2 --output .cache/tiny-lfm2
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
 template and special-token ids, and a byte-level BPE vocabulary of 592 tokens (all its small corpus, the

@@ -1,0 +1,77 @@
+"""The recipe's GRPOTrainer: TRL's, whose optimizer steps may be SFT phases on the run's own successes
+(browser_rl.sft_phases), and whose checkpoint is whole, with its episode settings and phase state, once its
+trainer_state.json is written, on any number of ranks."""
+
+from pathlib import Path
+
+import torch
+from trl import GRPOTrainer
+
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.sft_phases import SftPhases, reply_loss
+
+
+class RecipeTrainer(GRPOTrainer):
+    """GRPOTrainer with SFT phases and whole checkpoints. It relies on three of TRL's and transformers' private
+    seams (pyproject.toml lists them; tests/test_seams.py checks each): the metric buffer `_metrics`, which a phase
+    step logs into and the GRPO steps' entropy is read from, and `_save_rng_state` / `_load_rng_state`, the last
+    things a rank writes into a checkpoint and the first it reads back."""
+
+    def __init__(self, *args, phases: SftPhases, episode_settings: EpisodeSettings, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.phases = phases
+        self.episode_settings = episode_settings
+        self._micro_batches = 0
+        self._phase_step = False
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        micro_batch = self._micro_batches % self.current_gradient_accumulation_steps
+        self._micro_batches += 1
+        if micro_batch == 0:
+            self._phase_step = self.phases.in_phase(self.state.global_step)
+        if self._phase_step:
+            return self._sft_phase_step(model, micro_batch)
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self._micro_batches % self.current_gradient_accumulation_steps == 0:
+            step_entropy = self._metrics["train"]["entropy"][-self.current_gradient_accumulation_steps :]
+            self.phases.grpo_step_done(sum(step_entropy) / len(step_entropy) if step_entropy else None)
+        return loss
+
+    def _sft_phase_step(self, model, micro_batch: int) -> torch.Tensor:
+        model.train()
+        per_rank = self.args.per_device_train_batch_size
+        episodes = self.phases.episodes(self.state.global_step, micro_batch, self.accelerator.process_index, per_rank)
+        loss, entropy = reply_loss(model, episodes, self.processing_class.pad_token_id)
+        self.accelerator.backward(loss / self.current_gradient_accumulation_steps)
+        metrics = self._metrics["train"]
+        metrics["sft_phase/loss"].append(self.accelerator.gather(loss.detach()).mean().item())
+        metrics["sft_phase/entropy"].append(
+            self.accelerator.gather(torch.tensor(entropy, device=loss.device)).mean().item()
+        )
+        metrics["sft_phase/number"].append(self.phases.phases)
+        metrics["sft_phase/buffer"].append(len(self.phases.buffer))
+        return loss.detach() / self.current_gradient_accumulation_steps
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        if self.accelerator.is_main_process:  # the same on every rank: one copy
+            self.episode_settings.save(output_dir)
+            if self.phases.enabled:
+                self.phases.save(output_dir)
+        # Every rank writes its own RNG state, and the first writes trainer_state.json right after its own, which
+        # last_complete_checkpoint takes to mean that the checkpoint is whole. Without this wait, a run killed in
+        # between resumes a slower rank with no RNG state, so that its episodes differ from the uninterrupted run's.
+        self.accelerator.wait_for_everyone()
+
+    def _load_rng_state(self, checkpoint) -> None:
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            self.phases.load(checkpoint)
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest checkpoint in output_dir that was written to the end. The trainer writes trainer_state.json
+    last (after every rank's part: RecipeTrainer), so a run killed while saving leaves a checkpoint without one,
+    which must not be resumed from."""
+    complete = [p for p in Path(output_dir).glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+    return str(max(complete, key=lambda p: int(p.name.split("-")[-1]))) if complete else None

@@ -1,0 +1,39 @@
+"""Measure a policy on web tasks against the real environment.
+
+    python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
+    python evaluate.py --model outputs/smoke --temperature 1.0 --screenshots true   # as sampled in training
+    python evaluate.py --model outputs/multi --tasks page-reading                   # a suite: a per-task table
+    python evaluate.py --model outputs/book-flight --config configs/book_flight.yaml  # the run's tasks and servers
+    python evaluate.py --model outputs/multi --benchmark miniwob                    # BrowserGym's protocol
+    python evaluate.py --model outputs/multi --benchmark miniwob --split test       # its held-out task families
+
+The model is played with the episode settings it was trained with (turns, page characters, wait: saved beside it);
+--config takes the tasks and servers of a recipe file, never its training options. What it prints and writes:
+browser_rl/evaluation.py.
+"""
+
+import os
+import sys
+
+from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.errors import ConfigError
+from browser_rl.evaluation import evaluate, report
+from browser_rl.generation import missing_model
+from browser_rl.metrics import setup_logging
+from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+
+OPTIONS = (EvalArguments, TaskArguments, EpisodeArguments, ServerArguments)
+
+
+def main() -> None:
+    args, tasks, episodes, servers = parse_command_line(OPTIONS, from_file=OPTIONS[1:])
+    if missing := missing_model(args.model):
+        raise ConfigError(f"--model: {missing}")
+    print(report(evaluate(args, tasks, episodes, servers)))
+
+
+if __name__ == "__main__":
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
+    setup_logging()
+    run_command("evaluate.py", main)

@@ -1,0 +1,105 @@
+"""Record demonstrations: episodes played by the scripted experts (warm_start.experts), or a weak start's mix of right
+and wrong replies by the scripted plans (warm_start.plans), written as a demonstrations file
+(warm_start.demonstrations) with the episode settings they were played with in every row.
+
+    python -m warm_start.record --config configs/warm_up/book_flight.yaml --tasks book-flight --episodes 500
+    python -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 \\
+        --replies one_right_of_eight
+
+The file's path is `demonstrations`, the tokenizer the episodes are rendered with is the policy's
+(`model_name_or_path`), and the episode settings are the options of the same names: a warm-up file holds all three,
+and warm_start.warm_up then reads the same file. Seeds start at 2,000,000, apart from training's and evaluation's.
+"""
+
+import contextlib
+import logging
+from contextlib import closing
+from dataclasses import replace
+
+from transformers import AutoTokenizer
+from trl import ModelConfig
+
+from browser_rl import episode_settings
+from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import ConfigError
+from browser_rl.metrics import setup_logging
+from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import EpisodeRunner, Policy
+from browser_rl.servers import ServerPool, open_server_pool
+from warm_start.demonstrations import Demonstration, of_episode, save
+from warm_start.experts import EXPERTS, expert_policy
+from warm_start.plans import PLANS, REPLY_MIXES, Replies, choosing, plan
+
+log = logging.getLogger("record")
+
+OPTIONS = (RecordArguments, TaskArguments, EpisodeArguments, ServerArguments, ModelConfig)
+BATCH = 16  # episodes played at once
+
+
+def record(
+    runner: EpisodeRunner, specs: list[tuple[str, int]], policy: Policy, max_failures: int = 3
+) -> list[Demonstration]:
+    """Plays (task, seed) episodes with `policy` on `runner`'s sessions, BATCH at a time, and keeps each as a
+    demonstration of the settings it was played with."""
+    demonstrations = []
+    for start in range(0, len(specs), BATCH):
+        episodes = runner.run_until_played(specs[start : start + BATCH], policy, None, max_failures)
+        demonstrations += [of_episode(episode, runner.settings) for episode in episodes]
+        log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
+    return demonstrations
+
+
+def record_mix(
+    servers: ServerPool, tokenizer, task: str, seeds: range, replies: Replies, settings: EpisodeSettings
+) -> list[Demonstration]:
+    """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
+    step of the plan and ends there, whether it solved the instance or not (load them with keep_failed). An episode
+    that ends there renders as one that ran out of turns: each is a demonstration under `settings`."""
+    specs = [(task, seed) for seed in seeds]
+    with closing(EpisodeRunner(servers, tokenizer, settings, lockstep=True)) as runner:
+        right = record(runner, specs, choosing(tokenizer, replies, 0))
+    task_plan = plan(task, right[0].goal, right[0].turns[0].page)
+    steps, count = len(task_plan.right), len(replies(task_plan, 0))
+    if steps > settings.max_turns:
+        raise ConfigError(f"max_turns: {task}'s plan takes {steps} actions, more than max_turns {settings.max_turns}")
+    ending_there = replace(settings, max_turns=steps)
+    with closing(EpisodeRunner(servers, tokenizer, ending_there, lockstep=True)) as runner:
+        mixed = [record(runner, specs, choosing(tokenizer, replies, j)) for j in range(1, count)]
+    return right + [d.model_copy(update={"settings": settings}) for of_reply in mixed for d in of_reply]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, tasks, episodes, servers, model_args = parse_command_line(OPTIONS, argv)
+    scripted = PLANS if args.replies else EXPERTS
+    if args.replies is not None and args.replies not in REPLY_MIXES:
+        raise ConfigError(f"replies: {args.replies!r} is not one of {', '.join(sorted(REPLY_MIXES))}")
+    if missing := sorted(set(tasks.task_weights()) - set(scripted)):
+        raise ConfigError(f"tasks: no {'scripted plan' if args.replies else 'expert'} for {', '.join(missing)}")
+    if not model_args.model_name_or_path:
+        raise ConfigError("model_name_or_path: the policy whose tokenizer renders the episodes")
+    settings = episode_settings.resolve(episodes, None, args.demonstrations).settings
+    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    seeds = range(args.first_seed, args.first_seed + args.episodes)
+    log.info("recording with %s", settings.describe())
+    with contextlib.ExitStack() as stack:
+        pool = open_server_pool(stack, servers, max_sessions=BATCH)
+        if args.replies:
+            mix = REPLY_MIXES[args.replies]
+            demonstrations = [
+                d for task in tasks.task_weights() for d in record_mix(pool, tokenizer, task, seeds, mix, settings)
+            ]
+        else:
+            specs = [(task, seed) for task in tasks.task_weights() for seed in seeds]
+            runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
+            policy = expert_policy(ChatTurns(tokenizer, settings.max_page_chars))
+            demonstrations = record(runner, specs, policy, servers.max_env_failures)
+    save(demonstrations, args.demonstrations)
+    solved_count = sum(d.solved for d in demonstrations)
+    print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
+
+
+if __name__ == "__main__":
+    setup_logging()
+    run_command("warm_start.record", main)
