@@ -16,6 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import AutoModelForCausalLM
 
 import train
+from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
 from helpers import FAST, ROOT, alive, parse_config, process_tree, train_command
 
@@ -57,6 +58,9 @@ def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, en
     final = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()
     last = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-2").state_dict()
     assert all(torch.equal(final[k], last[k]) for k in final)
+    # The model and every checkpoint carry the episode settings they were trained with: FAST's two turns.
+    for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
+        assert saved_with(str(path)) == EpisodeSettings(max_turns=2)
 
 
 def test_lora_trains_and_writes_an_adapter_that_loads(tiny_model, env_server, tmp_path):
