@@ -126,7 +126,9 @@ class StepTimes(TrainerCallback):
 
 def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> dict:
     """One setup ("full" or "lora", "+vllm" for vLLM) in this process: train `steps` steps, return its figures."""
+    sys.path.insert(0, str(ROOT))  # train.py is the checkout's command, beside bench/, not an installed module
     import train  # here, in each setup's process: the process that starts them has no use for TRL's import
+    from browser_rl.command_line import parse_command_line
 
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch:
@@ -138,12 +140,12 @@ def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> d
         if setup.endswith("+vllm") and cuda:
             total_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
             overrides += ["--vllm_gpu_memory_utilization", f"{VLLM_SHARE_GIB / total_gib:.4f}"]
-        env_args, rollout_args, training_args, model_args = train.parse_args(
-            ["--config", str(ROOT / "config.yaml"), *overrides]
+        tasks, episodes, servers, phases, training_args, model_args = parse_command_line(
+            train.OPTIONS, ["--config", str(ROOT / "config.yaml"), *overrides]
         )
-        env_args.env_url = [serve_replay(training_args.generation_batch_size)]
+        servers.env_url = [serve_replay(training_args.generation_batch_size)]
         times = StepTimes()
-        train.main(env_args, rollout_args, training_args, model_args, [times])
+        train.main(tasks, episodes, servers, phases, training_args, model_args, [times])
     measured = times.steps[1:] or times.steps  # the first step compiles and warms up
     row = {
         "setup": setup,

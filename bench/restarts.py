@@ -100,16 +100,20 @@ def elements(page: str) -> list[tuple[str, str, str]]:
 
 
 def fixed_actions(task: str, goal: str, page: str, right: bool) -> list[str]:
-    """The scripted plan's actions (right, or with a wrong first one); else a fill or click of the page's first
-    elements that take one; else a click of its first element (an image, a heading, a drawing); else a noop that
-    does not wait (noop() waits a second)."""
+    """The scripted plan's actions (right, or with a wrong first one); else a focus of each of the page's first three
+    controls (what a focus sets off shows state a widget keeps in itself: a list that opens, or does not), then a
+    fill or click of the first two; else a click of its first element (an image, a heading, a drawing); else a noop
+    that does not wait (noop() waits a second)."""
     if task in PLANS:
         steps = plan(task, goal, page)
         return steps.right if right else [steps.wrong[0], *steps.right[1:]]
     found = [(bid, role) for bid, role, _ in elements(page)]
-    chosen = [(bid, role) for bid, role in found if re.fullmatch(ACTIONABLE, role)][:2] or found[:1]
+    controls = [(bid, role) for bid, role in found if re.fullmatch(ACTIONABLE, role)]
     fills = ("textbox", "searchbox", "spinbutton")
-    return [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen] or ["noop(0)"]
+    focus = [f"focus('{bid}')" for bid, _ in controls[:3]]
+    chosen = controls[:2] or found[:1]
+    acted = [f"fill('{bid}', 'hello')" if role in fills else f"click('{bid}')" for bid, role in chosen]
+    return focus + acted or ["noop(0)"]
 
 
 def disruptive_actions(rng: random.Random):
@@ -189,7 +193,10 @@ def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tupl
         trace = [(observation.goal, observation.axtree_txt, page_state(session))]
         for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
             result = step(session, action)
-            trace.append((result.reward, result.done, result.error, result.axtree_txt, page_state(session)))
+            # An error's first line says what failed; Playwright's call log after it says how far its retries got in
+            # the time they had, which the machine's load decides, not the page.
+            error = result.error.split("\n", 1)[0]
+            trace.append((result.reward, result.done, error, result.axtree_txt, page_state(session)))
             if result.done:
                 break
     finally:

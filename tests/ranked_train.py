@@ -7,12 +7,14 @@ must not count as whole before it has."""
 import hashlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # train.py, beside tests/: the checkout's command
 import train
 from browser_rl.rollout import EpisodeRunner
 

@@ -19,8 +19,9 @@ from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
-# and detected widgets left open (each fails without its fix), and the page-reading tasks the recipe trains on.
-AGED = ["use-colorwheel", "choose-date-medium", "ascending-numbers"]
+# and detected widgets left open, and form-sequence-3, whose dropdown keeps its state where no restart can put it back
+# (each fails without its fix), and the page-reading tasks the recipe trains on.
+AGED = ["use-colorwheel", "choose-date-medium", "ascending-numbers", "form-sequence-3"]
 AGING_EPISODES = 15
 
 
