@@ -95,8 +95,10 @@ def make_rollout_func(
             "completion_ids": [e.completion_ids for e in episodes],
             "logprobs": [e.logprobs for e in episodes],
             "env_mask": [e.env_mask for e in episodes],
+            "env_task": [e.task_name for e in episodes],
             "env_done": [e.done for e in episodes],
             "env_reward": [e.env_reward for e in episodes],
+            "env_raw_reward": [e.raw_reward for e in episodes],
             "step_figures": figures,  # to TRL's metric log, through the reward function (rewards.task_success)
         }
 

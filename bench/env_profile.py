@@ -116,7 +116,7 @@ def main() -> None:
 
     def prompt_fields_observation() -> None:
         env._fields = frozenset(TREE_ONLY)
-        env._worker.call(env._observation, "", 0.0, False)
+        env._worker.call(env._observation, "", 0.0, False, 0.0)
         env._fields = frozenset(OBSERVATION_FIELDS)
 
     observation = reset(1, list(OBSERVATION_FIELDS))()  # warm-up: the browser, its context, the task's page
@@ -126,7 +126,7 @@ def main() -> None:
         measure("reset, page loaded: the prompt's fields", args.times, reset(1, TREE_ONLY)),
         measure("reset, restarted in the page: every field", args.times, in_page_everything),
         measure("reset, restarted in the page: the prompt's fields", args.times, reset(10**9, TREE_ONLY)),
-        measure("observation alone: every field", args.times, on_browser(env._observation, "", 0.0, False)),
+        measure("observation alone: every field", args.times, on_browser(env._observation, "", 0.0, False, 0.0)),
         measure("observation alone: the prompt's fields", args.times, prompt_fields_observation),
         measure("  marking and unmarking (BrowserGym)", args.times, lambda: (marked(), unmark())),
         measure(

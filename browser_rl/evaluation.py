@@ -43,6 +43,7 @@ from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import browsergym_benchmark, browsergym_split_of
 from env_client import cpu_s_per_episode
+from rewards import browsergym_solved
 
 log = logging.getLogger("evaluate")
 
@@ -131,13 +132,18 @@ def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> 
 
 
 def summarize(records: list[dict]) -> dict:
+    """Success as the recipe scores it (rewards.solved), with its interval, and as BrowserGym scores it (which pays
+    some pages' partial credit: docs/reward_audit.md), turns to success and replies without an action."""
     solved = [r for r in records if r["success"]]
     replies = [action for r in records for action in r["actions"]]
     low, high = wilson_interval(len(solved), len(records))
+    browsergym = sum(r["browsergym_success"] for r in records)
     return {
         "episodes": len(records),
         "solved": len(solved),
         "success_rate": len(solved) / len(records),
+        "browsergym_solved": browsergym,
+        "browsergym_success_rate": browsergym / len(records),
         "ci95": [low, high],
         "mean_turns_to_success": sum(r["turns"] for r in solved) / len(solved) if solved else None,
         "unparsed_share": sum(action is None for action in replies) / max(len(replies), 1),
@@ -157,7 +163,9 @@ def episode_record(episode: Episode) -> dict:
         "task_name": episode.task_name,
         "seed": episode.seed,
         "success": episode.solved,
+        "browsergym_success": browsergym_solved(episode.done, episode.env_reward),
         "reward": episode.env_reward,
+        "raw_reward": episode.raw_reward,
         "turns": episode.turns,
         "replies": episode.replies,
         "actions": episode.actions,
@@ -358,9 +366,10 @@ def task_table(summary: dict) -> str:
 
 def success_line(name: str, summary: dict) -> str:
     low, high = summary["ci95"]
+    browsergym = 100 * summary["browsergym_success_rate"]
     return (
         f"  {name:<24} {100 * summary['success_rate']:7.1f}% ({summary['solved']}/{summary['episodes']}),"
-        f" 95% CI {100 * low:.1f}-{100 * high:.1f}%"
+        f" 95% CI {100 * low:.1f}-{100 * high:.1f}%; as BrowserGym scores it {browsergym:.1f}%"
     )
 
 
@@ -384,6 +393,8 @@ def report(summary: dict) -> str:
                 f"{args['model']} on {task} ({summary['episodes']} episodes, {decoding}):",
                 f"  success rate  {100 * summary['success_rate']:.1f}% ({summary['solved']}/{summary['episodes']}),"
                 f" 95% CI {100 * low:.1f}-{100 * high:.1f}%",
+                f"  as BrowserGym scores it (partial credit paid)  {100 * summary['browsergym_success_rate']:.1f}%"
+                f" ({summary['browsergym_solved']}/{summary['episodes']})",
                 f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}",
                 f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%",
                 *settings_lines(summary),

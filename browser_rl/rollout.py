@@ -45,7 +45,8 @@ class Episode:
     replies: list[str] = field(default_factory=list)
     actions: list[str | None] = field(default_factory=list)
     done: bool = False
-    env_reward: float = 0.0
+    env_reward: float = 0.0  # BrowserGym's, as the server sent it
+    raw_reward: float | None = None  # the page's own, which the server reports beside it (None: a server that does not)
     out_of_context: bool = False  # ended because its context left no room for another reply
     restarted_in_page: bool | None = None  # whether the server restarted it in a loaded page (None: not said)
     first_observation: BrowserGymObservation | None = None
@@ -60,7 +61,7 @@ class Episode:
 
     @property
     def solved(self) -> bool:
-        return solved(self.done, self.env_reward)
+        return solved(self.task_name, self.done, self.env_reward, self.raw_reward)
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.completion_ids
@@ -78,6 +79,7 @@ class Episode:
             actions=list(self.actions),
             done=self.done,
             env_reward=self.env_reward,
+            raw_reward=self.raw_reward,
             out_of_context=self.out_of_context,
             restarted_in_page=self.restarted_in_page,
         )
@@ -137,6 +139,7 @@ def add_outcome(
     episode goes on, the message that shows it to the policy."""
     action = episode.actions[-1]
     episode.observation, episode.done, episode.env_reward = observation, done, reward
+    episode.raw_reward = observation.metadata.get("raw_reward")
     episode.errors.append(observation.error if action is not None else "")
     if not done and more_turns:
         outcome = feedback(episode.turns - 1, action, observation, cut_off=not reply.ended)

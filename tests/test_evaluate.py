@@ -184,6 +184,10 @@ def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evalu
     assert any("bid actions only" in difference for difference in summary["protocol_differences"])
     text = report(summary)
     assert "BrowserGym's miniwob_tiny_test: 4 episodes of 5 steps" in text and "train split" in text
+    # Both scorings: the recipe's, and BrowserGym's, which pays some pages' partial credit (docs/reward_audit.md).
+    assert all("browsergym_success" in r and "raw_reward" in r for r in records)
+    assert summary["browsergym_solved"] == sum(r["browsergym_success"] for r in records)
+    assert "as BrowserGym scores it" in text
 
     # A crash after two episodes, the third cut off mid-line: the rerun plays the two missing ones, no more.
     lines = episodes.read_text().splitlines(keepends=True)

@@ -128,7 +128,12 @@ def test_the_page_reading_tasks_restart_in_place_but_where_listed(restarting):
 
 def test_a_reset_says_why_it_loaded_the_page_afresh(restarting):
     assert reset(restarting, "click-test", 1)["loaded_because"] == "the session has no page yet"
-    assert reset(restarting, "click-test", 2) == {"task_name": "click-test", "step": 0, "restarted_in_page": True}
+    assert reset(restarting, "click-test", 2) == {
+        "task_name": "click-test",
+        "step": 0,
+        "raw_reward": 0.0,
+        "restarted_in_page": True,
+    }
     assert reset(restarting, "enter-text", 3)["loaded_because"] == "the page holds another task"
     listed = reset(restarting, "stock-market", 4)
     listed_reason = f"listed in LOADED_AFRESH: {LOADED_AFRESH['stock-market']}"

@@ -4,13 +4,14 @@ A demonstrations file is JSON lines, one episode per line, in format version 1:
 
     {"version": 1, "task": "enter-text", "seed": 2000000, "goal": "Enter \\"Kay\\" into the text field ...",
      "turns": [{"page": "<accessibility tree>", "reply": "fill('14', 'Kay')", "error": ""}, ...],
-     "done": true, "reward": 0.87,
+     "done": true, "reward": 1.0, "raw_reward": 1.0,
      "settings": {"max_turns": 10, "max_page_chars": 2000, "settle_ms": 0, "prompt_version": 1}}
 
 Each turn holds the page the policy was shown before replying (BrowserGym's `axtree_txt`, as the server sent it:
 the prompt compacts and cuts it), the reply as written, the error its action raised ("" if none) and, optionally,
-`"ended": false` for a reply the length limit cut off. `done` and `reward` are the environment's at the end; an
-episode is a success when `rewards.solved` says so. `settings` are the episode settings it was played with
+`"ended": false` for a reply the length limit cut off. `done`, `reward` (BrowserGym's) and `raw_reward` (the page's
+own; a file written by hand may leave it out, and then BrowserGym's scoring decides) are the environment's at the end;
+an episode is a success when `rewards.solved` says so. `settings` are the episode settings it was played with
 (browser_rl.episode_settings), which the recorder writes into every row and a warm-up takes from the file; a file
 written by hand may leave them out. Bad rows fail the load, each named by its line.
 
@@ -57,7 +58,8 @@ class Demonstration(BaseModel):
     goal: str
     turns: list[Turn] = Field(min_length=1)
     done: bool
-    reward: float
+    reward: float = Field(description="the environment's reward at the end: BrowserGym's, float(raw > 0)")
+    raw_reward: float | None = Field(default=None, description="the page's own reward at the end (rewards.py)")
     settings: EpisodeSettings | None = Field(default=None, description="the episode settings it was played with")
 
     @field_validator("task")
@@ -78,7 +80,7 @@ class Demonstration(BaseModel):
 
     @property
     def solved(self) -> bool:
-        return solved(self.done, self.reward)
+        return solved(self.task, self.done, self.reward, self.raw_reward)
 
 
 def of_episode(episode: Episode, settings: EpisodeSettings) -> Demonstration:
@@ -94,6 +96,7 @@ def of_episode(episode: Episode, settings: EpisodeSettings) -> Demonstration:
         ],
         done=episode.done,
         reward=episode.env_reward,
+        raw_reward=episode.raw_reward,
         settings=settings,
     )
 
@@ -157,7 +160,12 @@ def replay(demonstration: Demonstration, chat: ChatTurns) -> Episode:
         add_reply(episode, chat, reply)
         last = number + 1 == len(turns)
         page = turn.page if last else turns[number + 1].page
-        after = BrowserGymObservation(goal=demonstration.goal, axtree_txt=page, error=turn.error)
+        after = BrowserGymObservation(
+            goal=demonstration.goal,
+            axtree_txt=page,
+            error=turn.error,
+            metadata={"raw_reward": demonstration.raw_reward},
+        )
         done, reward = (demonstration.done, demonstration.reward) if last else (False, 0.0)
         add_outcome(episode, chat, reply, after, done, reward, more_turns=not last)
     return episode

@@ -307,7 +307,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         metadata = {"restarted_in_page": not loaded_because}
         if loaded_because:
             metadata["loaded_because"] = loaded_because
-        return self._observation(error="", reward=0.0, done=False, reset_metadata=metadata)
+        return self._observation(error="", reward=0.0, done=False, raw_reward=0.0, extra_metadata=metadata)
 
     def _restart(self, task) -> tuple[str | None, str | None]:
         """(the goal of `task`'s episode restarted in the session's page, None), or (None, why it must be loaded
@@ -345,10 +345,13 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if self._settle_ms:
             self._page.wait_for_timeout(self._settle_ms)
         self._page.wait_for_load_state("domcontentloaded")
-        reward, done, _message, _info = self._task.validate(self._page, [])
+        reward, done, _message, info = self._task.validate(self._page, [])
         self._state.step_count += 1
         self._state.cum_reward += float(reward)
-        return self._observation(error=error, reward=float(reward), done=bool(done))
+        # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending; the page's
+        # own raw reward goes with it, for the client to score (rewards.py, docs/reward_audit.md).
+        raw = float(info.get("RAW_REWARD_GLOBAL", reward))
+        return self._observation(error=error, reward=float(reward), done=bool(done), raw_reward=raw)
 
     def _blank_page(self, task):
         """The session's page, ready for the task to load itself into; a closed or crashed page is replaced."""
@@ -381,7 +384,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._close_context()
 
     def _observation(
-        self, error: str, reward: float, done: bool, reset_metadata: dict | None = None
+        self, error: str, reward: float, done: bool, raw_reward: float, extra_metadata: dict | None = None
     ) -> BrowserGymObservation:
         fields = self._fields
         dom, axtree = self._extract_dom_and_axtree(
@@ -389,7 +392,12 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         )
         axtree_txt = flatten_axtree_to_str(axtree) if axtree else ""
         self._state.current_url = self._page.url
-        metadata = {"task_name": self._state.task_name, "step": self._state.step_count, **(reset_metadata or {})}
+        metadata = {
+            "task_name": self._state.task_name,
+            "step": self._state.step_count,
+            "raw_reward": raw_reward,
+            **(extra_metadata or {}),
+        }
         values = {
             "text": axtree_txt,
             "url": self._page.url,
