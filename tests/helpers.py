@@ -1,6 +1,8 @@
 import ast
 import importlib.metadata
+import queue
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,6 +135,28 @@ def local_modules(*files: str) -> set[str]:
                 names = [node.module]
             modules |= {n.split(".")[0] for n in names if is_local(n.split(".")[0])}
     return modules
+
+
+def lines_of(process, stream, timeout_s: float):
+    """The lines a child process writes to `stream`, as they come, until it closes; a child silent for `timeout_s` is
+    killed and fails the test (AssertionError) rather than hanging it. A thread reads, so that the wait can end."""
+    lines = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=timeout_s)
+        except queue.Empty:
+            process.kill()
+            raise AssertionError(f"the process wrote nothing for {timeout_s:.0f}s") from None
+        if line is None:
+            return
+        yield line
 
 
 def process_tree(root: int) -> set[int]:

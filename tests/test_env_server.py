@@ -28,17 +28,17 @@ def action(text: str) -> BrowserGymAction:
 
 def test_health_answers_at_once_while_a_session_waits_on_its_browser(env_server, session):
     # A container's health check must not time out because a policy made its browser wait.
+    # No clock bound on a machine others may load: the proof is that /health answered inside the session's ten-second
+    # wait for its browser, so it waited on no browser.
     session.reset(seed=0)
     with ThreadPoolExecutor(max_workers=1) as background:
-        waiting = background.submit(session.step, action("noop(3000)"))
-        time.sleep(0.5)
-        start = time.monotonic()
-        with urllib.request.urlopen(f"{env_server.url}/health", timeout=2) as response:
+        waiting = background.submit(session.step, action("noop(10000)"))
+        time.sleep(1.0)
+        with urllib.request.urlopen(f"{env_server.url}/health", timeout=30) as response:
             answer = json.load(response)
-        health_seconds = time.monotonic() - start
-        assert not waiting.done()  # the session was still in its browser when /health answered
+        assert not waiting.done()
         assert waiting.result().observation.error == ""
-    assert answer == {"status": "healthy"} and health_seconds < 1.0
+    assert answer == {"status": "healthy"}
 
 
 # What OpenEnv's public BrowserGym client reads: the observation's fields, reward and done beside it, and the

@@ -26,7 +26,7 @@ from browser_rl.evaluation import (
     wilson_interval,
 )
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
-from helpers import ROOT, parse_config
+from helpers import ROOT, lines_of, parse_config
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny
     command += ["--batch_size", "2", "--env_servers", "1", "--env_timeout_s", "10", "--output_dir", str(tmp_path)]
     run = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     log, killed = [], False
-    for line in run.stderr:
+    for line in lines_of(run, run.stderr, timeout_s=300):
         log.append(line)
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))

@@ -25,7 +25,7 @@ from browser_rl.command_line import parse_command_line
 from browser_rl.options import ServerArguments
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.trainer import last_complete_checkpoint
-from helpers import RESUMABLE_WITH_PHASES, ROOT, third_party_distributions, weights
+from helpers import RESUMABLE_WITH_PHASES, ROOT, lines_of, third_party_distributions, weights
 from web_env.models import TOKEN_VARIABLE
 
 
@@ -120,7 +120,8 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_
     first = run_body_in_a_process(half_right_model, tmp_path)
     server_pid = None
     deadline = time.monotonic() + 300
-    for line in first.stderr:  # read until the first checkpoint is complete, then preempt: kill -9
+    # Read until the first checkpoint is complete, then preempt: kill -9.
+    for line in lines_of(first, first.stderr, timeout_s=300):
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))
         if (run_dir / "checkpoint-1" / "trainer_state.json").exists() or time.monotonic() > deadline:

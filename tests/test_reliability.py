@@ -17,7 +17,7 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentUnavailable
 from browser_rl.metrics import METRICS_FILE, read_metrics
 from env_client import free_port
-from helpers import FAST, ROOT, alive, parse_config, train_command, wait_for
+from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, wait_for
 from warm_start.plans import right_only
 
 
@@ -45,7 +45,7 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
         text=True,
     )
     log, killed = [], None
-    for line in run.stderr:
+    for line in lines_of(run, run.stderr, timeout_s=300):
         log.append(line)
         if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
             server_pid = int(match.group(1))
@@ -84,7 +84,7 @@ def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_mo
         text=True,
     )
     log, servers, killed = [], {}, None
-    for line in run.stderr:
+    for line in lines_of(run, run.stderr, timeout_s=300):
         log.append(line)
         if match := re.search(r"local environment server at (\S+) \(pid (\d+)\)", line):
             servers.setdefault(match.group(1), int(match.group(2)))
@@ -157,8 +157,9 @@ def test_a_server_whose_parent_died_is_gone_even_when_its_shutdown_hangs():
         "print(server.pid, flush=True); time.sleep(600)"
     )
     starter = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
-    server_pid = int(starter.stdout.readline())
-    assert starter.stdout.readline() == "watching\n"
+    said = lines_of(starter, starter.stdout, timeout_s=60)
+    server_pid = int(next(said))
+    assert next(said) == "watching\n"
     starter.kill()
     starter.wait()
     assert alive(server_pid)

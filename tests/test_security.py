@@ -13,7 +13,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from env_client import BrowserGymEnv, LocalEnvServer
-from helpers import ROOT, chromium_processes, click_the_button, wait_for
+from helpers import ROOT, chromium_processes, click_the_button, lines_of, wait_for
 from web_env.models import TOKEN_VARIABLE, BrowserGymAction
 
 PWNED = Path("/tmp/browser-rl-pwned")
@@ -178,7 +178,7 @@ def test_clients_that_vanish_without_closing_leave_no_browser_processes():
         clients = subprocess.Popen(
             [sys.executable, "-c", code, server.url], cwd=ROOT, stdout=subprocess.PIPE, text=True
         )
-        assert clients.stdout.readline().strip() == "ready"
+        assert next(lines_of(clients, clients.stdout, timeout_s=120)).strip() == "ready"
         assert len(chromium_processes(server.pid)) > before  # the 20 sessions' pages have renderers
         clients.kill()  # no close frames, no FIN handshake of ours: the sockets just die
         clients.wait()

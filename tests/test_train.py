@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM
 import train
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
-from helpers import FAST, ROOT, alive, parse_config, process_tree, train_command
+from helpers import FAST, ROOT, alive, lines_of, parse_config, process_tree, train_command
 
 
 def run_training(tiny_model, env_url, output_dir, *extra):
@@ -104,7 +104,7 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     )
     server_pid = None
     deadline = time.monotonic() + 300
-    for line in process.stderr:
+    for line in lines_of(process, process.stderr, timeout_s=300):
         if "local environment server at" in line:
             server_pid = server_pid_in(line)
         if re.search(r"step \d+/1000 \|", line) or time.monotonic() > deadline:
@@ -130,7 +130,7 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
         "print(server.pid, flush=True); time.sleep(600)\n"
     )
     trainer = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    server_pid = int(trainer.stdout.readline())
+    server_pid = int(next(lines_of(trainer, trainer.stdout, timeout_s=120)))
     server_tree = process_tree(server_pid)
     assert any(b"chrom" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in server_tree if alive(pid))
     trainer.kill()
