@@ -8,11 +8,11 @@ import subprocess
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from browser_rl.metrics import METRICS_FILE, read_metrics
 from browser_rl.sft_phases import STATE_FILE, SftPhases, reply_loss
-from helpers import RESUMABLE_WITH_PHASES, ROOT, click_the_button, train_command, weights
+from helpers import RESUMABLE_WITH_PHASES, ROOT, built_trainer, click_the_button, train_command, weights
 
 
 def phases(**settings) -> SftPhases:
@@ -52,6 +52,13 @@ def test_the_buffer_keeps_the_latest_successes_and_a_step_draws_from_the_step_nu
     drawn = [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
     assert drawn == [state.episodes(7, 0, rank, per_rank=1) for rank in (0, 1)]
     assert drawn[0] != drawn[1]  # each rank its own share, without replacement
+    # Another step, or another micro-batch of the step, draws other episodes.
+    state = phases(buffer_size=20)
+    state.keep([([i], [1]) for i in range(20)])
+    assert state.episodes(7, 0, 0, per_rank=2) not in (
+        state.episodes(8, 0, 0, per_rank=2),
+        state.episodes(7, 1, 0, per_rank=2),
+    )
 
 
 def test_the_phase_loss_is_the_reply_tokens_likelihood_with_logits_taken_only_where_needed(tiny_model):
@@ -66,6 +73,66 @@ def test_the_phase_loss_is_the_reply_tokens_likelihood_with_logits_taken_only_wh
     expected = -logprobs.gather(-1, ids[:, 1:, None]).squeeze(-1)[replies].mean()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     assert entropy == pytest.approx((-(logprobs.exp() * logprobs).sum(-1))[replies].mean().item(), rel=1e-5)
+
+
+def buffered_episodes(tokenizer) -> list[tuple[list[int], list[int]]]:
+    """Six episodes as a run buffers them: a page's prompt, then the reply the policy wrote (the loss's tokens)."""
+    episodes = []
+    for bid in range(6):
+        page = [{"role": "user", "content": f"Page: button 'Submit' [{bid + 10}]. Reply with one action."}]
+        prompt = tokenizer.encode(
+            tokenizer.apply_chat_template(page, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+        )
+        reply = tokenizer.encode(f"click('{bid + 10}')<|im_end|>", add_special_tokens=False)
+        episodes.append((prompt + reply, [0] * len(prompt) + [1] * len(reply)))
+    return episodes
+
+
+class FirstStepGradients(TrainerCallback):
+    """The gradient an optimizer step is about to apply, at the run's first step."""
+
+    def __init__(self):
+        self.gradients = None
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:
+            self.gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_a_phase_step_under_gradient_accumulation_descends_the_reply_loss_of_its_episodes(
+    env_server, tiny_model, tokenizer, tmp_path
+):
+    trainer, runner = built_trainer(
+        tokenizer,
+        env_server.url,
+        *("--model_name_or_path", tiny_model, "--output_dir", str(tmp_path), "--save_strategy", "no"),
+        *("--num_generations", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "2"),
+        *("--max_steps", "2", "--sft_phase_steps", "2", "--sft_phase_every", "1", "--max_grad_norm", "0"),
+    )
+    episodes = buffered_episodes(tokenizer)
+    trainer.phases.keep(episodes)
+    trainer.phases.grpo_step_done(None)  # a phase is due: both steps are phase steps, and no episode is played
+    initial = AutoModelForCausalLM.from_pretrained(tiny_model)  # the weights the run starts from
+    gradients = FirstStepGradients()
+    trainer.add_callback(gradients)
+    try:
+        trainer.train()
+    finally:
+        runner.close()
+
+    # The first step's gradient is the mean of its two micro-batches' reply-loss gradients, each on its own draw.
+    for micro_batch in (0, 1):
+        drawn = trainer.phases.episodes(0, micro_batch, rank=0, per_rank=2)
+        (reply_loss(initial, drawn, tokenizer.pad_token_id)[0] / 2).backward()
+    expected = {name: p.grad for name, p in initial.named_parameters() if p.grad is not None}
+    assert expected.keys() == gradients.gradients.keys()
+    for name, gradient in expected.items():
+        torch.testing.assert_close(gradients.gradients[name], gradient, rtol=1e-4, atol=1e-6)
+    # The phase's two steps lowered the loss on the episodes it trained on (measured: 6.31 to 5.88 nats).
+    before = reply_loss(initial, episodes, tokenizer.pad_token_id)[0].item()
+    after = reply_loss(trainer.model, episodes, tokenizer.pad_token_id)[0].item()
+    assert before - after > 0.2, (before, after)
+    assert [row["sft_phase/number"] for row in trainer.state.log_history if "sft_phase/number" in row] == [1, 1]
 
 
 @pytest.mark.slow
