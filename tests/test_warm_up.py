@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from trl import ModelConfig
 
@@ -16,10 +17,12 @@ from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.options import FIRST_DEMONSTRATION_SEED, EpisodeArguments, WarmUpArguments
+from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
+from browser_rl.sft_phases import reply_loss
 from helpers import ROOT, parse_config
 from warm_start import record, warm_up
-from warm_start.demonstrations import load, save
+from warm_start.demonstrations import load, save, sft_dataset
 from warm_start.plans import Plan, a_third_right, plan
 from warm_start.record import record_mix
 
@@ -50,6 +53,29 @@ def test_a_mix_demonstrates_each_reply_at_every_step_of_the_plan(env_server, tok
     assert sorted(d.seed for d in recorded) == sorted([*seeds] * 3)
 
 
+def test_the_warm_ups_batches_take_the_loss_on_the_reply_tokens_only(tiny_model, tmp_path):
+    """What TRL's SFTTrainer is handed by the warm-up (its config, make smoke's, and its dataset's completion_mask)
+    makes batches whose labels are the reply tokens and nothing else: no page, no padding."""
+    _, _, config, model_args = parse_command_line(
+        warm_up.OPTIONS,
+        ["--config", str(ROOT / "configs/warm_up/smoke.yaml"), "--model_name_or_path", tiny_model]
+        + ["--output_dir", str(tmp_path), "--per_device_train_batch_size", "2"],
+    )
+    # Two episodes as sft_dataset renders them: page, reply, page, reply; and page, reply.
+    rows = {
+        "input_ids": [[1, 20, 21, 22, 30, 31, 7, 23, 24, 32, 7], [1, 25, 26, 33, 7]],
+        "completion_mask": [[0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 1], [0, 0, 0, 1, 1]],
+    }
+    trainer = warm_up.sft_trainer(model_args, config, Dataset.from_dict(rows))
+    batch = next(iter(trainer.get_train_dataloader()))
+    expected = []
+    for ids in batch["input_ids"].tolist():
+        (row,) = [r for r, row_ids in enumerate(rows["input_ids"]) if ids[: len(row_ids)] == row_ids]
+        replies = [t if m else -100 for t, m in zip(rows["input_ids"][row], rows["completion_mask"][row], strict=True)]
+        expected.append(replies + [-100] * (len(ids) - len(replies)))
+    assert batch["labels"].tolist() == expected
+
+
 @pytest.mark.slow
 def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_train_py_starts_from(
     env_server, tokenizer, tiny_model, tmp_path
@@ -63,7 +89,7 @@ def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_t
     command = [sys.executable, "-m", "warm_start.warm_up", "--demonstrations", str(demonstrations)]
     command += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--max_steps", "3"]
     command += ["--per_device_train_batch_size", "2", "--report_to", "none", "--save_strategy", "no"]
-    command += ["--activation_checkpointing", "false", "--use_peft", "--lora_r", "4"]
+    command += ["--activation_checkpointing", "false", "--use_peft", "--lora_r", "4", "--learning_rate", "1e-2"]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "4 demonstrations from" in run.stderr and "8 unsuccessful ones left out" in run.stderr
@@ -71,7 +97,10 @@ def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_t
     warm = AutoModelForCausalLM.from_pretrained(tmp_path / "warm")  # a whole model, the adapter merged in
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert not (tmp_path / "warm" / "adapter_config.json").exists()
-    assert any(not p.equal(base.get_parameter(n)) for n, p in warm.named_parameters())
+    rows = sft_dataset(load(demonstrations), ChatTurns(tokenizer, settings.max_page_chars), max_length=10_000)
+    episodes = list(zip(rows["input_ids"], rows["completion_mask"], strict=True))
+    before, after = (reply_loss(model, episodes, tokenizer.pad_token_id)[0].item() for model in (base, warm))
+    assert before - after > 0.5, (before, after)  # the loss on its demonstrations' replies went down
     assert episode_settings.saved_with(str(tmp_path / "warm")) == settings  # what its demonstrations were played with
 
 

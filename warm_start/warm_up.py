@@ -55,28 +55,34 @@ class WarmUpConfig(SFTConfig):
         super().__post_init__()
 
 
-def fine_tune(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, settings: EpisodeSettings) -> str:
-    """TRL's SFTTrainer on `dataset` (token ids, loss on the replies only), full or LoRA as model_args say; the
-    model, a LoRA adapter merged into it, is saved with its tokenizer and the episode settings its rows were rendered
-    with to config.output_dir."""
+def sft_trainer(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset) -> SFTTrainer:
+    """TRL's SFTTrainer on `dataset` (token ids, and completion_mask on the replies: the loss's tokens), full or
+    LoRA as model_args say."""
     peft_config = get_peft_config(model_args)
     if peft_config is not None and model_args.lora_target_modules is None:
         peft_config.target_modules = "all-linear"  # as train.py's
     config.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=model_args.model_name_or_path,
         args=config,
         train_dataset=dataset,
-        processing_class=tokenizer,
+        processing_class=AutoTokenizer.from_pretrained(
+            model_args.model_name_or_path, revision=model_args.model_revision
+        ),
         peft_config=peft_config,
     )
+
+
+def fine_tune(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, settings: EpisodeSettings) -> str:
+    """sft_trainer's training; the model, a LoRA adapter merged into it, is saved with its tokenizer and the episode
+    settings its rows were rendered with to config.output_dir."""
+    trainer = sft_trainer(model_args, config, dataset)
     trainer.train()
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if peft_config is not None:
+    if model_args.use_peft:
         model = model.merge_and_unload()  # train.py starts from a model, and may put an adapter of its own on it
     model.save_pretrained(config.output_dir)
-    tokenizer.save_pretrained(config.output_dir)
+    trainer.processing_class.save_pretrained(config.output_dir)
     settings.save(config.output_dir)
     return config.output_dir
 
