@@ -37,11 +37,15 @@ def assert_steps_logged(log_history):
     assert all(math.isfinite(entry["loss"]) and 0.0 <= entry["reward"] <= 1.0 for entry in steps)
 
 
-def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, env_server, tmp_path):
-    assert_steps_logged(run_training(tiny_model, env_server.url, tmp_path))
+def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(half_right_model, env_server, tmp_path):
+    """On a model that acts, right about half the time: two groups of four one-action episodes a step, in lock step,
+    so that the run is the same every time."""
+    one_action = ("--max_turns", "1", "--num_generations", "4", "--per_device_train_batch_size", "8")
+    assert_steps_logged(run_training(half_right_model, env_server.url, tmp_path, *one_action, "--lockstep", "true"))
     metrics = read_metrics(tmp_path / METRICS_FILE)
     steps = [m for m in metrics if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]
+    assert all(0 < m["episodes/success_rate"] < 1 for m in steps)  # its groups disagree: the steps have a gradient
     for m in steps:
         assert {"episodes/success_rate", "episodes/turns", "episodes/unparsed_share", "entropy", "loss"} <= m.keys()
         assert m["episodes/success_rate"] == m["reward"]  # the reward is task success
@@ -58,9 +62,14 @@ def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(tiny_model, en
     final = AutoModelForCausalLM.from_pretrained(tmp_path).state_dict()
     last = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-2").state_dict()
     assert all(torch.equal(final[k], last[k]) for k in final)
-    # The model and every checkpoint carry the episode settings they were trained with: FAST's two turns.
+    # Each step moved the weights (every one of them: a full fine-tune).
+    start = AutoModelForCausalLM.from_pretrained(half_right_model).state_dict()
+    first = AutoModelForCausalLM.from_pretrained(tmp_path / "checkpoint-1").state_dict()
+    for before, after in ((start, first), (first, last)):
+        assert all(not torch.equal(before[k], after[k]) for k in after)
+    # The model and every checkpoint carry the episode settings they were trained with: one action an episode.
     for path in (tmp_path / "checkpoint-1", tmp_path / "checkpoint-2", tmp_path):
-        assert saved_with(str(path)) == EpisodeSettings(max_turns=2)
+        assert saved_with(str(path)) == EpisodeSettings(max_turns=1)
 
 
 def test_lora_trains_and_writes_an_adapter_that_loads(tiny_model, env_server, tmp_path):
