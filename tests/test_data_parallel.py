@@ -1,6 +1,7 @@
 """Data-parallel training under torchrun, on the CPU (gloo): two ranks, one model, one environment pool, one set
-of figures per step, and a resume after the launcher is killed. tests/ranked_train.py is train.py with each rank's
-weights and episodes written down after every step."""
+of figures per step, SFT phases under gradient accumulation, and a resume after the launcher is killed.
+tests/ranked_train.py is train.py with each rank's weights, episodes and phase draws written down after every
+step."""
 
 import contextlib
 import json
@@ -18,21 +19,25 @@ import torch
 
 from browser_rl.metrics import METRICS_FILE, read_metrics
 from browser_rl.trainer import last_complete_checkpoint
-from helpers import RESUMABLE, ROOT, weights
+from helpers import RESUMABLE_WITH_PHASES, ROOT, weights
 
 pytestmark = pytest.mark.slow
 
 RANKS = 2
-STEPS = 4
+STEPS = 5
+# RESUMABLE_WITH_PHASES with each rank's eight episodes a step in two micro-batches of four, as configs/book_flight.yaml
+# accumulates: two GRPO steps, then a phase of two steps, then GRPO.
+ACCUMULATED = (*RESUMABLE_WITH_PHASES, "--per_device_train_batch_size", "4", "--gradient_accumulation_steps", "2")
 
 
 def launch_command(model: str, output_dir: Path) -> list[str]:
-    """torchrun with two ranks on RESUMABLE's run: 4 steps, each of two groups of four episodes per rank."""
+    """torchrun with two ranks on ACCUMULATED's run: 5 steps; a GRPO step plays two groups of four episodes per
+    rank, a phase step trains each rank on four buffered episodes per micro-batch."""
     return [
         *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(RANKS)),
         str(ROOT / "tests" / "ranked_train.py"),
         *("--config", str(ROOT / "configs/smoke.yaml"), "--model_name_or_path", model),
-        *("--output_dir", str(output_dir), *RESUMABLE),
+        *("--output_dir", str(output_dir), *ACCUMULATED),
     ]
 
 
@@ -71,8 +76,22 @@ def test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once(two_ranks)
     # Gradients are averaged across the ranks, so their weights are one model's after every step; and it learns.
     assert [row["weights"] for row in first] == [row["weights"] for row in second]
     assert len({row["weights"] for row in first}) == STEPS
-    # Each rank played its own share of the step's episodes: two groups of four.
+    rows = read_metrics(output_dir / METRICS_FILE)
+    phase_steps = [row["step"] for row in rows if "sft_phase/loss" in row]
+    assert len(phase_steps) == 2 and phase_steps[0] > 2 and phase_steps[1] == phase_steps[0] + 1
     for rank_first, rank_second in zip(first, second):
+        if rank_first["step"] in phase_steps:
+            # One buffer on both ranks (every rank's successes); in each micro-batch, each rank trains on four
+            # buffered episodes of its own, and the second micro-batch draws others than the first.
+            assert rank_first["phase"]["buffer"] == rank_second["phase"]["buffer"]
+            trained = [rank_first["phase"]["trained"], rank_second["phase"]["trained"]]
+            assert [len(places) for rank in trained for places in rank] == [4, 4, 4, 4]
+            for micro_batch in (0, 1):
+                assert set(trained[0][micro_batch]).isdisjoint(trained[1][micro_batch])
+            assert trained[0][0] + trained[1][0] != trained[0][1] + trained[1][1]
+            assert rank_first["episodes"] == rank_second["episodes"] == []  # a phase step plays no episode
+            continue
+        # Each rank played its own share of the step's episodes: two groups of four.
         assert len(rank_first["episodes"]) == len(rank_second["episodes"]) == 8
         seeds = [{seed for _, seed, _ in rank["episodes"]} for rank in (rank_first, rank_second)]
         assert seeds[0].isdisjoint(seeds[1])
@@ -81,11 +100,12 @@ def test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once(two_ranks)
     # started it logs.
     assert len(re.findall(r"env_server INFO serving MiniWoB", log)) == 1
 
-    rows = read_metrics(output_dir / METRICS_FILE)
     steps = [row for row in rows if "episodes/success_rate" in row]
-    assert [row["step"] for row in steps] == list(range(1, STEPS + 1))  # one line per step, from one rank
+    grpo_steps = [step for step in range(1, STEPS + 1) if step not in phase_steps]
+    assert [row["step"] for row in steps] == grpo_steps  # one line per step, from one rank
     assert len(rows) == STEPS + 1  # and the run's closing line
-    for row, rank_first, rank_second in zip(steps, first, second):
+    for row in steps:
+        rank_first, rank_second = first[row["step"] - 1], second[row["step"] - 1]
         union = rank_first["episodes"] + rank_second["episodes"]
         assert row["episodes/count"] == len(union) == 16
         assert row["episodes/success_rate"] == pytest.approx(sum(solved for *_, solved in union) / len(union))
