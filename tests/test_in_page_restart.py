@@ -174,6 +174,30 @@ def test_a_widget_left_open_outside_the_task_area_makes_the_next_reset_load_the_
     assert evaluate(restarting, "getComputedStyle(document.querySelector('#ui-datepicker-div')).display") == "none"
 
 
+def test_a_widget_an_episode_filled_and_hid_outside_the_task_area_is_emptied_by_the_restart(restarting, loading):
+    # jQuery UI fills its datepicker's container, outside the task's area, when it shows and leaves it filled, hidden,
+    # when it hides: not on screen, but its nodes would take BrowserGym's element ids from the next episode's.
+    reset(restarting, "choose-date-nodelay", 1)
+    evaluate(restarting, "() => { $('#datepicker').datepicker('show'); $('#datepicker').datepicker('hide'); }")
+    assert evaluate(restarting, "document.querySelector('#ui-datepicker-div').childElementCount") > 0
+    metadata, episode = restarts.play(restarting, "choose-date-nodelay", 2, right=True)
+    _, reference = restarts.play(loading, "choose-date-nodelay", 2, right=True)
+    assert metadata["restarted_in_page"], metadata
+    assert episode == reference, restarts.first_difference(episode, reference)
+
+
+def test_a_node_an_episode_left_hidden_outside_the_task_area_makes_the_next_reset_load_the_page(restarting):
+    reset(restarting, "click-test", 1)
+    evaluate(
+        restarting,
+        "() => document.body.append(Object.assign(document.createElement('div'), {id: 'left', hidden: true}))",
+    )
+    metadata = reset(restarting, "click-test", 2)
+    left = "the last episode left nodes outside the task's area that a fresh load has not: div#left"
+    assert metadata["loaded_because"] == left
+    assert evaluate(restarting, "document.querySelector('#left')") is None
+
+
 @pytest.mark.parametrize(
     "task, role, action",
     [

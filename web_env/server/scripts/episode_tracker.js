@@ -8,17 +8,23 @@
  *   (which keeps its own list behind one listener per element and event, so that a handler added through it may call
  *   no addEventListener at all), and the timers and animation frames it starts; jQuery's running animations are
  *   finished first, and its animation ticker told it has stopped.
- * What a restart cannot put back, it detects: once the next episode's generator has run, what is on screen outside the
- * task's area, and how many jQuery handlers the loaded page's nodes hold, must be what the fresh load gave
- * (unlikeFreshLoad), or the page is loaded afresh. A datepicker, colour picker or menu left open by the last episode
- * shows on screen; a widget the generator makes once and keeps loses the handlers the restart took off.
+ * - from the fresh load's first episode: the nodes outside the task's area that it had empty, with their attributes;
+ *   one filled since and hidden is emptied again (a widget's container, which the widget fills when it shows and
+ *   leaves filled when it hides: jQuery UI's datepicker).
+ *   Hidden, what is left in them is not in the accessibility tree, but it takes BrowserGym's element ids: the
+ *   datepicker's 97 nodes shifted its ids by 97 in the next episode.
+ * What a restart cannot put back, it detects: once the next episode's generator has run, the nodes outside the task's
+ * area, what of them is on screen, and how many jQuery handlers the loaded page's nodes hold, must be what the fresh
+ * load gave (unlikeFreshLoad), or the page is loaded afresh. A datepicker, colour picker or menu left open by the last
+ * episode shows on screen; a widget the generator makes once and keeps loses the handlers the restart took off.
  */
 (() => {
   const add = EventTarget.prototype.addEventListener, remove = EventTarget.prototype.removeEventListener;
   const setTimeout_ = window.setTimeout, setInterval_ = window.setInterval, frame_ = window.requestAnimationFrame;
   const capture = (options) => typeof options === "boolean" ? options : Boolean(options && options.capture);
   let survivors = null, listeners = [], handlers = [], timers = [], frames = [], asLoaded = null;
-  let freshScreen = "", freshHandlers = "";  // what the fresh load showed and bound once its first episode began
+  // What the fresh load had outside the task's area, showed and bound once its first episode began.
+  let freshOutside = "", freshScreen = "", freshHandlers = "", loadedEmpty = [];
   EventTarget.prototype.addEventListener = function (type, listener, options) {
     if (survivors && survivors.has(this)) listeners.push([this, type, listener, capture(options)]);
     return add.call(this, type, listener, options);
@@ -79,9 +85,18 @@
   const label = (e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "")
     + (typeof e.className === "string" && e.className.trim() ? "." + e.className.trim().split(/\s+/)[0] : "");
   const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
-  const onScreenOutside = () => {
+  const outside = () => {
     const wrap = document.getElementById("wrap");
-    return [...document.body.querySelectorAll("*")].filter((e) => !(wrap && wrap.contains(e)) && shown(e));
+    return [...document.body.querySelectorAll("*")].filter((e) => !(wrap && wrap.contains(e)));
+  };
+  const onScreenOutside = () => outside().filter(shown);
+  const emptyAgain = () => {
+    for (const [e, attributes] of loadedEmpty) {
+      if (!e.isConnected || !e.hasChildNodes() || shown(e)) continue;  // one on screen is unlikeFreshLoad's to see
+      e.replaceChildren();
+      for (const name of e.getAttributeNames()) e.removeAttribute(name);
+      for (const [name, value] of attributes) e.setAttribute(name, value);
+    }
   };
   // How many jQuery handlers of each event each node of the loaded page holds. A widget the task's generator makes
   // once and keeps (jQuery UI's autocomplete, say) binds its handlers once: a restart that took them off would
@@ -100,7 +115,14 @@
   };
   window.__episode = {
     begin,
-    noteFreshLoad() { freshScreen = onScreenOutside().map(label).join(" "); freshHandlers = jqueryHandlers(); },
+    noteFreshLoad() {
+      const nodes = outside();
+      freshOutside = nodes.map(label).join(" ");
+      freshScreen = nodes.filter(shown).map(label).join(" ");
+      freshHandlers = jqueryHandlers();
+      loadedEmpty = nodes.filter((e) => !e.hasChildNodes())
+        .map((e) => [e, e.getAttributeNames().map((name) => [name, e.getAttribute(name)])]);
+    },
     restore() {
       const $ = window.jQuery;
       if ($ && $.timers && $.timers.length) $($.timers.map((timer) => timer.elem)).finish();
@@ -112,6 +134,7 @@
       frames.forEach((id) => cancelAnimationFrame(id));
       if ($ && $.fx) $.fx.stop();  // its ticker was one of the timers: the next animation starts it again
       putBack();
+      emptyAgain();
     },
     // Why the page, its next episode begun, is not what the fresh load gave; "" if it is, as far as can be seen.
     unlikeFreshLoad() {
@@ -119,6 +142,12 @@
       if (now.map(label).join(" ") !== freshScreen) {
         const outermost = new Set(now.filter((e) => !now.includes(e.parentElement)).map(label));
         return `the last episode left on screen, outside the task's area: ${[...outermost].join(", ")}`;
+      }
+      const nodes = outside().map(label);
+      if (nodes.join(" ") !== freshOutside) {
+        const fresh = freshOutside.split(" ");
+        const extra = nodes.filter((node) => !fresh.includes(node));
+        return `the last episode left nodes outside the task's area that a fresh load has not: ${extra.join(", ")}`;
       }
       if (jqueryHandlers() !== freshHandlers) return "the page's jQuery handlers are not those of the fresh load";
       return "";
