@@ -1,23 +1,27 @@
 """How often each scripted expert (warm_start.experts) solves its task, on held-out seeds: the table in docs/experts.md.
 
-    python bench/expert_success.py          # every expert, 100 seeds each (about 15 minutes on two cores)
+    python bench/expert_success.py --max_turns 15 --max_page_chars 4000   # every expert, 100 seeds (about 15 minutes)
+    python bench/expert_success.py --config configs/warm_up/book_flight.yaml --tasks book-flight book-flight-nodelay
     python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
 
 Each expert plays its task through the environment server and the episode loop that training uses, reading the page
-as the prompt shows it (max_page_chars). Seeds start at 3,000,000: apart from training's (0-999), evaluation's
-(from 1,000,000) and recorded demonstrations' (from 2,000,000). Success is given with its 95% Wilson interval.
+as the prompt shows it, with the episode settings a recipe file gives (`--config`: its max_turns, max_page_chars and
+settle_ms), each flag given overriding it, else the recipe's defaults (browser_rl.episode_settings). Seeds start at
+3,000,000: apart from training's (0-999), evaluation's (from 1,000,000) and recorded demonstrations' (from
+2,000,000). Success is given with its 95% Wilson interval.
 """
 
-import argparse
 import contextlib
 import time
 from collections import Counter
 from contextlib import closing
+from dataclasses import dataclass, field
 
-from browser_rl.episode_settings import EpisodeSettings
+from browser_rl import episode_settings
+from browser_rl.command_line import parse_command_line
 from browser_rl.evaluation import wilson_interval
 from browser_rl.metrics import setup_logging
-from browser_rl.options import ServerArguments
+from browser_rl.options import EpisodeArguments, ServerArguments
 from browser_rl.prompts import ChatTurns, compact_page
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
@@ -27,6 +31,14 @@ from warm_start.record import record
 from warm_start.tiny_lfm2 import build_tokenizer
 
 FIRST_SEED = 3_000_000
+
+
+@dataclass
+class BenchArguments:
+    tasks: list[str] = field(default_factory=lambda: sorted(EXPERTS), metadata={"help": "tasks with an expert"})
+    episodes: int = 100
+    first_seed: int = FIRST_SEED
+    show_failures: bool = field(default=False, metadata={"help": "print the last page of each failed episode"})
 
 
 def failure(demonstration: Demonstration) -> str:
@@ -48,22 +60,17 @@ def similarity_groups() -> dict[str, int]:
 
 def main() -> None:
     setup_logging()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", default=sorted(EXPERTS), choices=sorted(EXPERTS), metavar="TASK")
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--first_seed", type=int, default=FIRST_SEED)
-    parser.add_argument("--max_turns", type=int, default=15)
-    parser.add_argument("--max_page_chars", type=int, default=4000)
-    parser.add_argument("--settle_ms", type=int, default=0, help="wait after each action before observing")
-    parser.add_argument("--show_failures", action="store_true", help="print the last page of each failed episode")
-    args = parser.parse_args()
+    args, given = parse_command_line([BenchArguments, EpisodeArguments], from_file=[EpisodeArguments])
+    if unknown := set(args.tasks) - set(EXPERTS):
+        raise SystemExit(f"no expert for {', '.join(sorted(unknown))}; experts: {', '.join(sorted(EXPERTS))}")
+    settings = episode_settings.resolve(given, None, "").settings
+    print(f"episode settings: {settings.describe()}")
     tokenizer = build_tokenizer()
-    chat = ChatTurns(tokenizer, args.max_page_chars)
+    chat = ChatTurns(tokenizer, settings.max_page_chars)
     groups = similarity_groups()
     rows = []
     with contextlib.ExitStack() as stack:
         servers = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=16)
-        settings = EpisodeSettings(args.max_turns, args.max_page_chars, args.settle_ms)
         for task in args.tasks:
             start = time.perf_counter()
             specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
@@ -72,7 +79,7 @@ def main() -> None:
             solved = sum(d.solved for d in played)
             low, high = wilson_interval(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)
-            turns = sum(len(d.turns) for d in played) / len(played)
+            turns = [len(d.turns) for d in played]
             pages = max(len(compact_page(turn.page)) for d in played for turn in d.turns)
             rows.append((task, groups[task], solved, len(played), low, high, turns, pages, reasons))
             print(f"{task}: {solved}/{len(played)} in {time.perf_counter() - start:.0f}s; longest page {pages} chars")
@@ -82,12 +89,13 @@ def main() -> None:
                         f"--- seed {d.seed}: {d.goal}\n" + "\n".join(f"> {t.reply} | {t.error[:100]}" for t in d.turns)
                     )
                     print(compact_page(d.turns[-1].page))
-    print("\n| task | group | success (95% interval) | turns | longest page | failures |")
+    print("\n| task | group | success (95% interval) | turns (mean, most) | longest page | failures |")
     print("| --- | --- | --- | --- | --- | --- |")
     for task, group, solved, n, low, high, turns, pages, reasons in rows:
         why = "; ".join(f"{count}x {reason}" for reason, count in reasons.most_common(3)) or "none"
         print(
-            f"| {task} | {group} | {solved}/{n} ({100 * low:.0f}-{100 * high:.0f}%) | {turns:.1f} | {pages} | {why} |"
+            f"| {task} | {group} | {solved}/{n} ({100 * low:.0f}-{100 * high:.0f}%) "
+            f"| {sum(turns) / n:.1f}, {max(turns)} | {pages} | {why} |"
         )
 
 
