@@ -143,11 +143,13 @@
         const outermost = new Set(now.filter((e) => !now.includes(e.parentElement)).map(label));
         return `the last episode left on screen, outside the task's area: ${[...outermost].join(", ")}`;
       }
-      const nodes = outside().map(label);
-      if (nodes.join(" ") !== freshOutside) {
-        const fresh = freshOutside.split(" ");
-        const extra = nodes.filter((node) => !fresh.includes(node));
-        return `the last episode left nodes outside the task's area that a fresh load has not: ${extra.join(", ")}`;
+      const nodes = outside();
+      if (nodes.map(label).join(" ") !== freshOutside) {
+        const fresh = new Set(freshOutside.split(" "));
+        const extra = nodes.filter((e) => !fresh.has(label(e)));
+        const outermost = new Set(extra.filter((e) => !extra.includes(e.parentElement)).map(label));
+        const named = [...outermost].join(", ") || "no new kind of node, but other numbers or another order of them";
+        return `the last episode left nodes outside the task's area that a fresh load has not: ${named}`;
       }
       if (jqueryHandlers() !== freshHandlers) return "the page's jQuery handlers are not those of the fresh load";
       return "";
