@@ -1,7 +1,7 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
-every MiniWoB task restarts so but those environment.LOADED_AFRESH lists, each with its reason. The environment runs
-in this process, as bench/restarts.py runs it: sessions that restart whenever they can, and ones that load every
-episode, on four browsers.
+every MiniWoB task restarts so but those environment.LOADED_AFRESH lists, each with its reason, and the date picker's
+after an episode that left it open. The environment runs in this process, as bench/restarts.py runs it: sessions that
+restart whenever they can, and ones that load every episode, on four browsers.
 
 The comparison over every task (one seed each, click-test three) and the aged pages (the recipe's page-reading tasks
 among them, five compared restarts each) run in the slow tier; BROWSER_RL_RESTART_SEEDS=6 plays six seeds of every
@@ -23,6 +23,10 @@ SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # (each fails without its fix), and the page-reading tasks the recipe trains on.
 AGED = ["use-colorwheel", "choose-date-medium", "ascending-numbers", "form-sequence-3"]
 AGING_EPISODES = 15
+# The census's tasks whose date picker, left open by an episode (or filled, and hidden at once by the next episode's
+# generator), makes the next reset load afresh: after an untouched or timed-out episode they restart.
+DATE_PICKER = {"choose-date", "choose-date-easy", "choose-date-medium", "choose-date-nodelay"}
+LEAVES_THE_DATE_PICKER = {"half done", "played out", "roughed up"}
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +103,10 @@ def test_every_task_but_those_listed_restarts_in_the_page_into_the_episode_a_fre
         if task in LOADED_AFRESH:
             assert metadata["loaded_because"].startswith("listed in LOADED_AFRESH")
             continue
-        assert metadata["restarted_in_page"], (task, seed, before, metadata)
+        if task in DATE_PICKER and before in LEAVES_THE_DATE_PICKER:
+            assert metadata["loaded_because"].startswith("the last episode left"), (task, seed, before, metadata)
+        else:
+            assert metadata["restarted_in_page"], (task, seed, before, metadata)
         assert episode == reference, (task, seed, before, restarts.first_difference(episode, reference))
 
 
