@@ -320,6 +320,7 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
                     print(f"    {count} loaded afresh: {reason}")
             for timing in result["fresh_loads_differ"]:
                 print(f"    two fresh loads differ too, so the page's timing, not the restart: {timing}")
+            Path(output).parent.mkdir(parents=True, exist_ok=True)
             Path(output).write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
 
     with ThreadPoolExecutor(max_workers=workers) as running:
@@ -343,7 +344,7 @@ def main() -> None:
     aging.add_argument("--episodes", type=int, default=100, help="aging episodes per page")
     aging.add_argument("--actions", type=int, default=3, help="disruptive actions per aging episode")
     aging.add_argument("--seeds", type=int, default=2, help="compared seeds per prior state")
-    aging.add_argument("--output", default="restart_aging.json")
+    aging.add_argument("--output", default="outputs/restart_aging.json", help="the results as JSON, by task")
     aging.add_argument("--workers", type=int, default=4, help="tasks aged at a time, each on browsers of its own")
     args = parser.parse_args()
     if args.command == "census":
