@@ -89,7 +89,8 @@
     const wrap = document.getElementById("wrap");
     return [...document.body.querySelectorAll("*")].filter((e) => !(wrap && wrap.contains(e)));
   };
-  const onScreenOutside = () => outside().filter(shown);
+  // The labels of those of `nodes` whose parent is not among them, once each.
+  const outermost = (nodes) => [...new Set(nodes.filter((e) => !nodes.includes(e.parentElement)).map(label))];
   const emptyAgain = () => {
     for (const [e, attributes] of loadedEmpty) {
       if (!e.isConnected || !e.hasChildNodes() || shown(e)) continue;  // one on screen is unlikeFreshLoad's to see
@@ -138,17 +139,14 @@
     },
     // Why the page, its next episode begun, is not what the fresh load gave; "" if it is, as far as can be seen.
     unlikeFreshLoad() {
-      const now = onScreenOutside();
-      if (now.map(label).join(" ") !== freshScreen) {
-        const outermost = new Set(now.filter((e) => !now.includes(e.parentElement)).map(label));
-        return `the last episode left on screen, outside the task's area: ${[...outermost].join(", ")}`;
+      const nodes = outside(), onScreen = nodes.filter(shown);
+      if (onScreen.map(label).join(" ") !== freshScreen) {
+        return `the last episode left on screen, outside the task's area: ${outermost(onScreen).join(", ")}`;
       }
-      const nodes = outside();
       if (nodes.map(label).join(" ") !== freshOutside) {
         const fresh = new Set(freshOutside.split(" "));
         const extra = nodes.filter((e) => !fresh.has(label(e)));
-        const outermost = new Set(extra.filter((e) => !extra.includes(e.parentElement)).map(label));
-        const named = [...outermost].join(", ") || "no new kind of node, but other numbers or another order of them";
+        const named = outermost(extra).join(", ") || "no new kind of node, but other numbers or another order of them";
         return `the last episode left nodes outside the task's area that a fresh load has not: ${named}`;
       }
       if (jqueryHandlers() !== freshHandlers) return "the page's jQuery handlers are not those of the fresh load";
