@@ -161,8 +161,9 @@ def test_playwright_calls_skip_the_source_lookup_and_their_errors_still_name_the
     source_reads = []
     findsource = inspect.findsource
     monkeypatch.setattr(inspect, "findsource", lambda obj: source_reads.append(obj) or findsource(obj))
-    monkeypatch.setattr(_sync_base, "inspect", _sync_base.inspect)  # undone after the test
-    monkeypatch.setattr(_connection, "inspect", _connection.inspect)
+    # Playwright's own stack recording, whichever test in this process recorded cheaply before; undone after the test.
+    monkeypatch.setattr(_sync_base, "inspect", inspect)
+    monkeypatch.setattr(_connection, "inspect", inspect)
     browser_setup.ensure_chromium()
 
     def reads_per_call():  # on a thread of its own: sync Playwright must not claim the test runner's thread

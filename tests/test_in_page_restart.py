@@ -193,6 +193,20 @@ def test_a_widget_an_episode_filled_and_hid_outside_the_task_area_is_emptied_by_
     assert episode == reference, restarts.first_difference(episode, reference)
 
 
+@pytest.mark.parametrize("session", ["restarting", "loading"])
+def test_the_pointer_an_episode_left_over_the_page_hovers_nothing_in_the_next(request, session):
+    # Left where the last episode's hover put it, the pointer would hover what the next episode's page puts there:
+    # jQuery UI's menu then opens the submenu under it, which a new page's pointer does not.
+    session = request.getfixturevalue(session)
+    page = session.reset(task_name="click-menu", seed=1, fields=restarts.FIELDS).axtree_txt
+    item = next(bid for bid, role, _ in restarts.elements(page) if role == "menuitem")
+    assert not restarts.step(session, f"hover('{item}')").error
+    assert evaluate(session, "document.querySelectorAll('#area :hover').length") > 0
+    reset(session, "click-menu", 2)
+    evaluate(session, "() => new Promise(done => setTimeout(done, 500))")  # the menu opens a submenu after 300 ms
+    assert evaluate(session, "document.querySelectorAll(':hover').length") == 0
+
+
 def test_a_node_an_episode_left_hidden_outside_the_task_area_makes_the_next_reset_load_the_page(restarting):
     reset(restarting, "click-test", 1)
     evaluate(

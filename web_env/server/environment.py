@@ -324,6 +324,10 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             return None, f"the page left the task's URL for {self._page.url}"
         try:
             self._context.clear_cookies()
+            # The pointer off the page, so that nothing is hovered, as in a newly loaded document until the pointer
+            # moves: left over the last episode's element, it would hover what the restart builds there (jQuery UI's
+            # menu opens the submenu under it).
+            self._page.mouse.move(-1, -1)
             started = self._page.evaluate(RESTART, [task.random.randint(0, 1000000), task.episode_max_time])
             if isinstance(started, str):
                 return None, started
