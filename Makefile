@@ -60,15 +60,11 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-# Two processes, each given whole test files (a file's fixtures are made once): most of a test's time is a browser,
-# a server or a training run in other processes, waited on.
-PYTEST := $(PY) -m pytest -n 2 --dist loadfile
-
 test: lint
-	$(PYTEST) -m "not slow"
+	$(PY) -m pytest -m "not slow"
 
 test-all: lint
-	$(PYTEST)
+	$(PY) -m pytest
 
 clean:
 	rm -rf $(VENV) .cache outputs
