@@ -301,6 +301,7 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
     """Ages and compares each task's page, `workers` tasks at a time (a browser each); whether every task's
     restarts equal fresh loads."""
     pool, results, start, printing = browsers(2 * workers), {}, time.perf_counter(), threading.Lock()
+    Path(output).parent.mkdir(parents=True, exist_ok=True)  # once, before the hours of aging, not at each task
 
     def age_and_compare(task: str) -> None:
         task_start = time.perf_counter()
@@ -320,7 +321,6 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
                     print(f"    {count} loaded afresh: {reason}")
             for timing in result["fresh_loads_differ"]:
                 print(f"    two fresh loads differ too, so the page's timing, not the restart: {timing}")
-            Path(output).parent.mkdir(parents=True, exist_ok=True)
             Path(output).write_text(json.dumps(dict(sorted(results.items())), indent=1) + "\n")
 
     with ThreadPoolExecutor(max_workers=workers) as running:
