@@ -5,6 +5,8 @@ import asyncio
 import contextlib
 import inspect
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +19,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from env_client import BrowserGymEnv, cpu_reading
-from helpers import chromium_processes, click_the_button
+from helpers import ROOT, chromium_processes, click_the_button
 from web_env.models import MAX_SETTLE_MS, BrowserGymAction
 from web_env.server import browser_setup
 
@@ -65,6 +67,17 @@ UPSTREAM_STATE_FIELDS = {
     "max_steps",
     "cum_reward",
 }
+
+
+def test_the_server_process_starts_without_openenvs_web_interface():
+    # Its Gradio import was some 3 s of every server start (a run's, a restart's, a container's).
+    started = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "web_env.server", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert started.returncode == 0, started.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in started.stderr.splitlines() if "|" in line}
+    assert {"openenv.core.env_server", "web_env.server.app"} <= imported
+    assert not {name for name in imported if name.startswith("gradio.")}  # its own name: the import it refused
 
 
 def test_openenvs_own_client_plays_an_episode_with_the_upstream_wire_format(env_server):

@@ -77,6 +77,14 @@ def modal_sdk_adapter():
     assert "self._adapter: Any = _DefaultModalAdapter(" in inspect.getsource(modal_provider.ModalProvider.__init__)
 
 
+def optional_web_interface():
+    from openenv.core import env_server
+
+    source = inspect.getsource(env_server)
+    importing = "try:\n    from .web_interface import create_web_interface_app, WebInterfaceManager\n"
+    assert importing + "except ModuleNotFoundError:" in source
+
+
 def trainer_method(name: str):
     def check():
         from trl import GRPOTrainer
@@ -105,6 +113,7 @@ CHECKS = {
     "openenv.core.containers.runtime.modal_provider._DefaultModalAdapter": modal_sdk_adapter,
     "trl.GRPOTrainer._generate_and_score_completions": trainer_method("_generate_and_score_completions"),
     "trl.GRPOTrainer._get_per_token_logps_and_entropies": trainer_method("_get_per_token_logps_and_entropies"),
+    "openenv.core.env_server.web_interface": optional_web_interface,
     "modal.Function._spec_": modal_function_spec,
 }
 
