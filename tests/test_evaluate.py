@@ -55,6 +55,7 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_mode
             assert image.mode == "RGB" and image.width > 100 and image.height > 100
 
 
+@pytest.mark.slow
 def test_evaluate_a_lora_adapter_directory_from_the_command_line(tiny_model, env_server, tmp_path):
     adapter = tmp_path / "adapter"
     train.main(
@@ -212,6 +213,7 @@ def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evalu
         )
 
 
+@pytest.mark.slow
 def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny_model, tmp_path):
     command = [sys.executable, "evaluate.py", "--model", tiny_model, "--benchmark", "miniwob_tiny_test"]
     command += ["--batch_size", "2", "--env_servers", "1", "--env_timeout_s", "10", "--output_dir", str(tmp_path)]

@@ -20,6 +20,8 @@ from env_client import free_port
 from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, wait_for
 from warm_start.plans import right_only
 
+pytestmark = pytest.mark.slow  # whole training runs in processes of their own
+
 
 @pytest.fixture(scope="module")
 def clicking_model(tmp_path_factory, tiny_model, env_server):
@@ -34,7 +36,7 @@ def clicking_model(tmp_path_factory, tiny_model, env_server):
     "fault",
     [
         pytest.param(signal.SIGKILL, id="server killed"),
-        pytest.param(signal.SIGSTOP, id="server hung", marks=pytest.mark.slow),
+        pytest.param(signal.SIGSTOP, id="server hung"),
     ],
 )
 def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path, fault):
@@ -68,7 +70,6 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 
 
-@pytest.mark.slow
 def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path):
     run = subprocess.Popen(
         train_command(

@@ -161,6 +161,7 @@ def test_an_idle_session_is_closed_with_its_browser_context():
                 client.step(BrowserGymAction(action_str="noop()"))
 
 
+@pytest.mark.slow
 def test_clients_that_vanish_without_closing_leave_no_browser_processes():
     code = (
         "import asyncio, sys\n"

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from peft import AutoPeftModelForCausalLM
 from PIL import Image
@@ -84,6 +85,7 @@ def server_pid_in(log: str) -> int:
     return int(re.search(r"local environment server at \S+ \(pid (\d+)\)", log).group(1))
 
 
+@pytest.mark.slow
 def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_path):
     result = subprocess.run(
         train_command(tiny_model, tmp_path, "--max_steps", "1"), cwd=ROOT, capture_output=True, text=True, timeout=600
@@ -100,6 +102,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
     assert not alive(server_pid_in(log))
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     # Far more steps than can run before the signal: the run must end because of it, not by finishing.
     # SIGINT as a terminal's Ctrl-C delivers it: a test runner started in the background by a script inherits
@@ -129,6 +132,7 @@ def test_ctrl_c_stops_the_run_and_its_server(tiny_model, tmp_path):
     assert not alive(server_pid)
 
 
+@pytest.mark.slow
 def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     # The trainer's stand-in starts a local server, opens a session (launching a browser), and is killed -9.
     code = (

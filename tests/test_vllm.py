@@ -41,6 +41,8 @@ BF16_TOLERANCE = 0.05  # per-token log-probability of a near-certain token, engi
 BF16_MEAN_TOLERANCE = 0.01  # the same, averaged over the tokens of sampled episodes; see above
 VLLM = ("--use_vllm", "true", "--vllm_on_cpu", "true", "--vllm_mode", "colocate")
 
+pytestmark = pytest.mark.slow  # a real vLLM engine in every test: 10 to 45 s each on two cores
+
 
 @pytest.fixture(autouse=True)
 def environment_restored():
