@@ -114,9 +114,17 @@ def test_every_entry_point_a_document_shows_answers_help():
     assert len(invocations) >= 10 and statuses == {" ".join(i): 0 for i in invocations}
 
 
+ONE_LINER_S = 120  # each one-liner shown imports the recipe at most (about 20 s here)
+
+
 @pytest.mark.slow
 def test_every_one_liner_a_document_shows_runs():
     one_liners = [command for _, command in COMMANDS if words(command)[:2] == ["python", "-c"]]
     for command in one_liners:
-        run = subprocess.run([sys.executable, *words(command)[1:]], cwd=ROOT, capture_output=True, text=True)
+        try:  # a one-liner that serves or waits would hang the suite: it fails instead
+            run = subprocess.run(
+                [sys.executable, *words(command)[1:]], cwd=ROOT, capture_output=True, text=True, timeout=ONE_LINER_S
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{command}\nstill running after {ONE_LINER_S}s")
         assert run.returncode == 0, f"{command}\n{run.stderr[-2000:]}"
