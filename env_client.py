@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +72,8 @@ class LocalEnvServer:
         self.startup_timeout_s = startup_timeout_s
         self.url = f"http://127.0.0.1:{free_port()}"
         self._process: subprocess.Popen | None = None
+        self._turns = threading.Lock()  # a restart runs in a thread of its own (ServerPool); stop() may come meanwhile
+        self._stopped = False  # by stop(): a restart under way ends without a server
 
     def __enter__(self) -> "LocalEnvServer":
         self.start()
@@ -80,28 +83,48 @@ class LocalEnvServer:
         self.stop()
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "web_env.server", "--port", self.url.rsplit(":", 1)[1]]
-        command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid()), *self.server_args]
-        # Its own process group, so that stopping it also stops the browsers it launched; and it watches
-        # this process, so that it stops by itself if this one is killed.
-        self._process = subprocess.Popen(command, start_new_session=True)
-        log.info("starting a local environment server at %s (pid %d)", self.url, self._process.pid)
-        try:
-            self._wait_until_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        with self._turns:
+            self._stopped = False
+            self._launch()
+        self._wait_until_started()
 
     def restart(self) -> None:
-        """A fresh server at the same URL, whatever state the old one is in."""
-        self.stop()
-        self.start()
+        """A fresh server at the same URL, whatever state the old one is in; none if stop() comes first or meanwhile,
+        as when a run ends while a failed server restarts."""
+        with self._turns:
+            if self._stopped:
+                return
+            self._end()
+            self._launch()
+        self._wait_until_started()
 
     @property
     def pid(self) -> int:
         return self._process.pid
 
     def stop(self) -> None:
+        with self._turns:
+            self._stopped = True
+            self._end()
+
+    def _launch(self) -> None:
+        command = [sys.executable, "-m", "web_env.server", "--port", self.url.rsplit(":", 1)[1]]
+        command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid()), *self.server_args]
+        # Its own process group, so that stopping it also stops the browsers it launched; and it watches
+        # this process, so that it stops by itself if this one is killed.
+        self._process = subprocess.Popen(command, start_new_session=True)
+        log.info("starting a local environment server at %s (pid %d)", self.url, self._process.pid)
+
+    def _wait_until_started(self) -> None:
+        try:
+            self._wait_until_healthy()
+        except BaseException as error:
+            if self._stopped and isinstance(error, Exception):  # stop() ended it on purpose while it started
+                return
+            self.stop()
+            raise
+
+    def _end(self) -> None:
         if self._process is None:
             return
         if self._process.poll() is not None:

@@ -1,4 +1,5 @@
-"""The client side of the environment: where the token comes from, and a server whose CPU cannot be read."""
+"""The client side of the environment: where the token comes from, a server whose CPU cannot be read, and a local
+server stopped while it restarts."""
 
 import http.server
 import logging
@@ -8,8 +9,8 @@ import threading
 import pytest
 
 from browser_rl.servers import ServerPool
-from env_client import BrowserGymEnv, client_token, free_port
-from helpers import ROOT
+from env_client import BrowserGymEnv, LocalEnvServer, client_token, free_port
+from helpers import ROOT, alive, wait_for
 from web_env.models import TOKEN_VARIABLE
 
 
@@ -54,3 +55,28 @@ def test_the_client_side_reads_the_token_variable_in_one_place():
         if re.search(r"environ(\.get\(|\[)TOKEN_VARIABLE", line)
     ]
     assert readers == [("env_client.py", "return token or os.environ.get(TOKEN_VARIABLE) or None")]
+
+
+def test_a_local_server_stopped_while_it_restarts_ends_the_restart_quietly_and_without_a_server():
+    """As when a run ends while a failed server restarts in the background (ServerPool): the restart must neither
+    raise in its thread nor leave a server that nobody stops."""
+    server = LocalEnvServer(max_sessions=1)
+    server.start()
+    first, raised = server.pid, []
+
+    def restart() -> None:
+        try:
+            server.restart()
+        except Exception as error:
+            raised.append(error)
+
+    restarting = threading.Thread(target=restart)
+    restarting.start()
+    assert wait_for(lambda: server.pid != first, timeout_s=60)  # the new server is starting
+    server.stop()
+    restarting.join(timeout=60)
+    assert not restarting.is_alive() and raised == []
+    assert not alive(first) and not alive(server.pid)
+
+    server.restart()  # after stop(), a restart starts nothing
+    assert not alive(server.pid)
