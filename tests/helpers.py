@@ -159,6 +159,28 @@ def lines_of(process, stream, timeout_s: float):
         yield line
 
 
+def within(timeout_s: float, run):
+    """run(), in a thread, failing the test (AssertionError) if it has not returned after `timeout_s`, rather than
+    hanging it: a run in the test's own process cannot be killed as a child is (lines_of). What it raises is raised
+    here; what it returns, returned."""
+    outcome = {}
+
+    def target() -> None:
+        try:
+            outcome["returned"] = run()
+        except BaseException as error:
+            outcome["raised"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise AssertionError(f"still running after {timeout_s:.0f}s")
+    if "raised" in outcome:
+        raise outcome["raised"]
+    return outcome["returned"]
+
+
 def process_tree(root: int) -> set[int]:
     """A process and all its descendants (none if it is gone)."""
     try:

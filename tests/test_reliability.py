@@ -2,6 +2,7 @@
 at all; and a server whose parent died. A killed trainer resuming is in test_modal_app.py (one process) and
 test_data_parallel.py (two ranks)."""
 
+import logging
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from transformers import TrainerCallback
 
 import train
 from bench.weak_starts import weak_start
@@ -16,11 +18,11 @@ from browser_rl import servers
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentUnavailable
 from browser_rl.metrics import METRICS_FILE, read_metrics
-from env_client import free_port
-from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, wait_for
+from env_client import LocalEnvServer, free_port
+from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, wait_for, within
 from warm_start.plans import right_only
 
-pytestmark = pytest.mark.slow  # whole training runs in processes of their own
+pytestmark = pytest.mark.slow  # whole training runs
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,36 @@ def clicking_model(tmp_path_factory, tiny_model, env_server):
     return weak_start(tiny_model, clicking, env_server.url, ["click-test"], right_only, settings, 60, 4, 3e-3)
 
 
+class AtTheEndOfStepOne(TrainerCallback):
+    """Calls `fault()` once, when step 1 ends: as step 2's rollout is about to start."""
+
+    def __init__(self, fault):
+        self.fault = fault
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            self.fault()
+
+
+def train_in_this_process(model: str, output_dir, fault, *overrides: str) -> list[LocalEnvServer]:
+    """train.main on the smoke config, FAST, for 4 steps on servers it starts (web_env.server processes, as train.py's
+    own), with `fault(servers)` when step 1 ends; the servers it started, in order. The trainer runs here rather than
+    in a process of its own: what fails is a server, and a process would add only its imports (about 16 s)."""
+    started = []
+
+    def new_server(max_sessions: int) -> LocalEnvServer:
+        started.append(LocalEnvServer(max_sessions))
+        return started[-1]
+
+    args = parse_config(
+        "configs/smoke.yaml",
+        *("--model_name_or_path", model, "--output_dir", str(output_dir)),
+        *(*FAST, "--max_steps", "4", "--save_steps", "10", *overrides),
+    )
+    within(300, lambda: train.main(*args, callbacks=[AtTheEndOfStepOne(lambda: fault(started))], new_server=new_server))
+    return started
+
+
 @pytest.mark.parametrize(
     "fault",
     [
@@ -39,29 +71,23 @@ def clicking_model(tmp_path_factory, tiny_model, env_server):
         pytest.param(signal.SIGSTOP, id="server hung"),
     ],
 )
-def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path, fault):
+def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(
+    clicking_model, tmp_path, fault, caplog
+):
     # A hung server is found by the wait for its answer, which must outlast the slowest true one: a new server's first
     # resets launch its browsers, and on two busy cores took over 5 s, which failed a server that was not hung (and
     # restarted it once more). A killed one is found by the refused connection.
     found_in = ["--env_timeout_s", "30"] if fault == signal.SIGSTOP else []
-    run = subprocess.Popen(
-        train_command(clicking_model, tmp_path, "--max_steps", "4", "--save_steps", "10", *found_in),
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log, killed = [], None
-    for line in lines_of(run, run.stderr, timeout_s=300):
-        log.append(line)
-        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
-            server_pid = int(match.group(1))
-        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting
-            os.killpg(server_pid, fault)
-            killed = server_pid
-    run.wait(timeout=60)
-    log = "".join(log)
-    assert run.returncode == 0, log[-3000:]
-    assert killed is not None
+    failed = []
+
+    def fail(started: list[LocalEnvServer]) -> None:
+        failed.append(started[0].pid)
+        os.killpg(started[0].pid, fault)
+
+    with caplog.at_level(logging.INFO):
+        train_in_this_process(clicking_model, tmp_path, fail, *found_in)
+    log = caplog.text
+    assert len(failed) == 1
     assert "environment failure 1 of at most 3" in log, log[-5000:]
     assert fault != signal.SIGSTOP or "TimeoutError" in log
     assert len(re.findall(r"starting a local environment server", log)) == 2, log[-5000:]
@@ -70,37 +96,21 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 
 
-def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path):
-    run = subprocess.Popen(
-        train_command(
-            clicking_model,
-            tmp_path,
-            "--max_steps",
-            "4",
-            "--save_steps",
-            "10",
-            "--env_servers",
-            "3",
-            "--per_device_train_batch_size",
-            "6",
-        ),
-        cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log, servers, killed = [], {}, None
-    for line in lines_of(run, run.stderr, timeout_s=300):
-        log.append(line)
-        if match := re.search(r"local environment server at (\S+) \(pid (\d+)\)", line):
-            servers.setdefault(match.group(1), int(match.group(2)))
-        if killed is None and re.search(r"step 1/4 \|", line):  # step 2's rollout is starting
-            killed = list(servers)[1]
-            os.killpg(servers[killed], signal.SIGKILL)
-    run.wait(timeout=60)
-    log = "".join(log)
-    assert run.returncode == 0, log[-3000:]
-    assert len(servers) == 3 and killed is not None
-    assert f"environment server {killed} failed: out of the rotation while it restarts" in log
+def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path, caplog):
+    killed = []
+
+    def kill_the_second(started: list[LocalEnvServer]) -> None:
+        killed.append(started[1].url)
+        os.killpg(started[1].pid, signal.SIGKILL)
+
+    with caplog.at_level(logging.INFO):
+        started = train_in_this_process(
+            clicking_model, tmp_path, kill_the_second, "--env_servers", "3", "--per_device_train_batch_size", "6"
+        )
+    log = caplog.text
+    urls = [server.url for server in started]
+    assert len(urls) == 3 and killed == [urls[1]]
+    assert f"environment server {urls[1]} failed: out of the rotation while it restarts" in log
     assert "running the batch's 6 episodes again on the 2 server(s) still up" in log
     steps = [row for row in read_metrics(tmp_path / METRICS_FILE) if "reward" in row]
     assert [s["step"] for s in steps] == [1, 2, 3, 4]
@@ -110,8 +120,8 @@ def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_mo
         (up, sorted(spread.split(", ")))
         for up, spread in re.findall(r"6 sessions on (\d) of 3 environment servers: (.*)", log)
     ]
-    assert spreads[0] == ("3", sorted(f"{url} x2" for url in servers))
-    assert spreads[-1] == ("2", sorted(f"{url} x3" for url in servers if url != killed))
+    assert spreads[0] == ("3", sorted(f"{url} x2" for url in urls))
+    assert spreads[-1] == ("2", sorted(f"{url} x3" for url in urls if url != urls[1]))
 
 
 def test_a_run_stops_with_a_clear_message_after_max_env_failures(tiny_model, tmp_path, monkeypatch):
