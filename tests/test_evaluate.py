@@ -3,6 +3,7 @@ BrowserGym's own benchmark: its tasks and seeds, played, resumed, and replayed w
 
 import collections
 import json
+import logging
 import os
 import re
 import shutil
@@ -13,7 +14,9 @@ import sys
 import pytest
 from PIL import Image
 
+import evaluate as evaluate_py
 import train
+from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.evaluation import (
@@ -26,7 +29,7 @@ from browser_rl.evaluation import (
     wilson_interval,
 )
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
-from helpers import ROOT, lines_of, parse_config
+from helpers import ROOT, parse_config, within
 
 
 @pytest.mark.parametrize(
@@ -213,26 +216,41 @@ def test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evalu
         )
 
 
+class KillsTheServerOnCue(logging.Handler):
+    """Kills the local environment server whose start the log announced, at the first record that says `cue`."""
+
+    def __init__(self, cue: str):
+        super().__init__()
+        self.cue, self.server_pid, self.killed = cue, None, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", message):
+            self.server_pid = int(match.group(1))
+        if not self.killed and self.cue in message:
+            os.killpg(self.server_pid, signal.SIGKILL)
+            self.killed = True
+
+
 @pytest.mark.slow
-def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny_model, tmp_path):
-    command = [sys.executable, "evaluate.py", "--model", tiny_model, "--benchmark", "miniwob_tiny_test"]
-    command += ["--batch_size", "2", "--env_servers", "1", "--env_timeout_s", "10", "--output_dir", str(tmp_path)]
-    run = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    log, killed = [], False
-    for line in lines_of(run, run.stderr, timeout_s=300):
-        log.append(line)
-        if match := re.search(r"local environment server at \S+ \(pid (\d+)\)", line):
-            server_pid = int(match.group(1))
-        if not killed and "2/4 episodes" in line:  # the second batch is starting
-            os.killpg(server_pid, signal.SIGKILL)
-            killed = True
-    out, _ = run.communicate(timeout=120)
-    log = "".join(log)
-    assert run.returncode == 0 and killed, log[-3000:]
-    assert "environment failure 1 of at most 3" in log
+def test_an_episode_the_environment_failed_is_played_again_and_never_scored(tiny_model, tmp_path, caplog):
+    # evaluate.py's own arguments, played in this process: what fails is its server, and a process of its own would
+    # add only its imports.
+    command_line = ["--model", tiny_model, "--benchmark", "miniwob_tiny_test", "--batch_size", "2"]
+    command_line += ["--env_servers", "1", "--env_timeout_s", "10", "--output_dir", str(tmp_path)]
+    args = parse_command_line(evaluate_py.OPTIONS, command_line, from_file=evaluate_py.OPTIONS[1:])
+    killer = KillsTheServerOnCue("2/4 episodes")  # the second batch is starting
+    logging.getLogger().addHandler(killer)
+    try:
+        with caplog.at_level(logging.INFO):
+            summary = within(300, lambda: evaluate(*args))
+    finally:
+        logging.getLogger().removeHandler(killer)
+    assert killer.killed
+    assert "environment failure 1 of at most 3" in caplog.text
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == 4 and all(r["turns"] == 5 and not r["last_error"].startswith("Connection") for r in records)
-    assert "all episodes" in out
+    assert "all episodes" in report(summary)
 
 
 @pytest.mark.parametrize(
