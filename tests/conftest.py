@@ -1,6 +1,5 @@
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -10,7 +9,7 @@ from bench.weak_starts import weak_start
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.metrics import THIRD_PARTY_WARNINGS
 from env_client import BrowserGymEnv, LocalEnvServer
-from helpers import RESUMABLE_WITH_PHASES, ROOT, train_command
+from helpers import RESUMABLE_WITH_PHASES, train_here
 from warm_start.tiny_lfm2 import build_tiny_lfm2
 
 
@@ -65,10 +64,7 @@ def uninterrupted_run(tmp_path_factory, half_right_model):
     """The output directory of RESUMABLE_WITH_PHASES's run of the half-right model, uninterrupted: where a resumed
     run must end. Its log is kept beside its checkpoints, in run.log."""
     output_dir = tmp_path_factory.mktemp("uninterrupted")
-    command = train_command(half_right_model, output_dir, *RESUMABLE_WITH_PHASES)
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    (output_dir / "run.log").write_text(run.stderr)
-    assert run.returncode == 0, run.stderr[-3000:]
+    (output_dir / "run.log").write_text(train_here(half_right_model, output_dir, *RESUMABLE_WITH_PHASES))
     return output_dir
 
 

@@ -1,5 +1,6 @@
 import ast
 import importlib.metadata
+import logging
 import queue
 import sys
 import threading
@@ -90,6 +91,26 @@ def train_command(model: str, output_dir, *extra: str) -> list[str]:
         *FAST,
         *extra,
     ]
+
+
+def train_here(model: str, output_dir, *extra: str) -> str:
+    """train.main on train_command's arguments, in this process (where the run's process is not what a test is about,
+    it would add only its imports, about 16 s), bounded as `within`; the log it wrote, one record a line."""
+    args = parse_config(
+        "configs/smoke.yaml", "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra
+    )
+    lines = []
+    collect = logging.Handler(logging.INFO)
+    collect.emit = lambda record: lines.append(f"{record.name} {record.getMessage()}")
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.addHandler(collect)
+    root.setLevel(logging.INFO)
+    try:
+        within(600, lambda: train.main(*args))
+    finally:
+        root.removeHandler(collect)
+        root.setLevel(level)
+    return "\n".join(lines) + "\n"
 
 
 def click_the_button(page: str) -> str:

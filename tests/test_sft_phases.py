@@ -4,7 +4,6 @@ that resumes from a checkpoint inside a phase and ends bit-identical to the run 
 import json
 import re
 import shutil
-import subprocess
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from browser_rl.metrics import METRICS_FILE, read_metrics
 from browser_rl.sft_phases import STATE_FILE, SftPhases, reply_loss
-from helpers import RESUMABLE_WITH_PHASES, ROOT, built_trainer, click_the_button, train_command, weights
+from helpers import RESUMABLE_WITH_PHASES, built_trainer, click_the_button, train_here, weights
 
 
 def phases(**settings) -> SftPhases:
@@ -174,12 +173,8 @@ def test_a_run_resumed_inside_a_phase_plays_only_the_remaining_steps_and_ends_bi
     shutil.copytree(uninterrupted / f"checkpoint-{inside}", checkpoint)
     state = json.loads((checkpoint / STATE_FILE).read_text())
     assert state["phase_end"] > inside  # the phase is not over at this checkpoint
-    command = train_command(
-        half_right_model, tmp_path, *RESUMABLE_WITH_PHASES, "--resume_from_checkpoint", str(checkpoint)
-    )
-    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    played = re.findall(r"step (\d)/5 \|", run.stderr)
+    log = train_here(half_right_model, tmp_path, *RESUMABLE_WITH_PHASES, "--resume_from_checkpoint", str(checkpoint))
+    played = re.findall(r"step (\d)/5 \|", log)
     assert played == [str(step) for step in range(inside + 1, 6)]  # the rest of the phase, then GRPO
     resumed, whole = weights(tmp_path), weights(uninterrupted)
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
