@@ -19,7 +19,7 @@ from browser_rl.generation import Reply
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from env_client import BrowserGymEnv
+from env_client import BrowserGymEnv, LocalEnvServer
 from warm_start.plans import plan
 from web_env.models import BrowserGymObservation
 
@@ -93,9 +93,10 @@ def train_command(model: str, output_dir, *extra: str) -> list[str]:
     ]
 
 
-def train_here(model: str, output_dir, *extra: str) -> str:
-    """train.main on train_command's arguments, in this process (where the run's process is not what a test is about,
-    it would add only its imports, about 16 s), bounded as `within`; the log it wrote, one record a line."""
+def train_here(model: str, output_dir, *extra: str, callbacks=(), new_server=LocalEnvServer) -> str:
+    """train.main on train_command's arguments, with `callbacks` and the servers `new_server` makes, in this process
+    (where the run's process is not what a test is about, it would add only its imports, about 16 s), bounded by
+    `within` at 300 s; the log it wrote, one record a line."""
     args = parse_config(
         "configs/smoke.yaml", "--model_name_or_path", model, "--output_dir", str(output_dir), *FAST, *extra
     )
@@ -106,7 +107,7 @@ def train_here(model: str, output_dir, *extra: str) -> str:
     root.addHandler(collect)
     root.setLevel(logging.INFO)
     try:
-        within(600, lambda: train.main(*args))
+        within(300, lambda: train.main(*args, callbacks=list(callbacks), new_server=new_server))
     finally:
         root.removeHandler(collect)
         root.setLevel(level)

@@ -2,7 +2,6 @@
 at all; and a server whose parent died. A killed trainer resuming is in test_modal_app.py (one process) and
 test_data_parallel.py (two ranks)."""
 
-import logging
 import os
 import re
 import signal
@@ -19,7 +18,7 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentUnavailable
 from browser_rl.metrics import METRICS_FILE, read_metrics
 from env_client import LocalEnvServer, free_port
-from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, wait_for, within
+from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, train_here, wait_for
 from warm_start.plans import right_only
 
 pytestmark = pytest.mark.slow  # whole training runs
@@ -45,23 +44,20 @@ class AtTheEndOfStepOne(TrainerCallback):
             self.fault()
 
 
-def train_in_this_process(model: str, output_dir, fault, *overrides: str) -> list[LocalEnvServer]:
-    """train.main on the smoke config, FAST, for 4 steps on servers it starts (web_env.server processes, as train.py's
-    own), with `fault(servers)` when step 1 ends; the servers it started, in order. The trainer runs here rather than
-    in a process of its own: what fails is a server, and a process would add only its imports (about 16 s)."""
+def train_with_fault(model: str, output_dir, fault, *overrides: str) -> tuple[str, list[LocalEnvServer]]:
+    """A run of train_here's for 4 steps on servers it starts (web_env.server processes, as train.py's own), with
+    `fault(servers)` when step 1 ends: its log, and the servers it started, in order. What fails is a server, so the
+    trainer runs in the test's process."""
     started = []
 
     def new_server(max_sessions: int) -> LocalEnvServer:
         started.append(LocalEnvServer(max_sessions))
         return started[-1]
 
-    args = parse_config(
-        "configs/smoke.yaml",
-        *("--model_name_or_path", model, "--output_dir", str(output_dir)),
-        *(*FAST, "--max_steps", "4", "--save_steps", "10", *overrides),
-    )
-    within(300, lambda: train.main(*args, callbacks=[AtTheEndOfStepOne(lambda: fault(started))], new_server=new_server))
-    return started
+    at_step_one = AtTheEndOfStepOne(lambda: fault(started))
+    overrides = ("--max_steps", "4", "--save_steps", "10", *overrides)
+    log = train_here(model, output_dir, *overrides, callbacks=[at_step_one], new_server=new_server)
+    return log, started
 
 
 @pytest.mark.parametrize(
@@ -71,9 +67,7 @@ def train_in_this_process(model: str, output_dir, fault, *overrides: str) -> lis
         pytest.param(signal.SIGSTOP, id="server hung"),
     ],
 )
-def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(
-    clicking_model, tmp_path, fault, caplog
-):
+def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros(clicking_model, tmp_path, fault):
     # A hung server is found by the wait for its answer, which must outlast the slowest true one: a new server's first
     # resets launch its browsers, and on two busy cores took over 5 s, which failed a server that was not hung (and
     # restarted it once more). A killed one is found by the refused connection.
@@ -84,9 +78,7 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
         failed.append(started[0].pid)
         os.killpg(started[0].pid, fault)
 
-    with caplog.at_level(logging.INFO):
-        train_in_this_process(clicking_model, tmp_path, fail, *found_in)
-    log = caplog.text
+    log, _ = train_with_fault(clicking_model, tmp_path, fail, *found_in)
     assert len(failed) == 1
     assert "environment failure 1 of at most 3" in log, log[-5000:]
     assert fault != signal.SIGSTOP or "TimeoutError" in log
@@ -96,18 +88,16 @@ def test_a_run_whose_server_fails_restarts_it_and_scores_no_infrastructure_zeros
     assert [s["reward"] for s in steps] == [1.0] * 4  # the policy solves every episode it gets to finish
 
 
-def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path, caplog):
+def test_a_run_on_three_servers_that_loses_one_goes_on_on_the_others(clicking_model, tmp_path):
     killed = []
 
     def kill_the_second(started: list[LocalEnvServer]) -> None:
         killed.append(started[1].url)
         os.killpg(started[1].pid, signal.SIGKILL)
 
-    with caplog.at_level(logging.INFO):
-        started = train_in_this_process(
-            clicking_model, tmp_path, kill_the_second, "--env_servers", "3", "--per_device_train_batch_size", "6"
-        )
-    log = caplog.text
+    log, started = train_with_fault(
+        clicking_model, tmp_path, kill_the_second, "--env_servers", "3", "--per_device_train_batch_size", "6"
+    )
     urls = [server.url for server in started]
     assert len(urls) == 3 and killed == [urls[1]]
     assert f"environment server {urls[1]} failed: out of the rotation while it restarts" in log
