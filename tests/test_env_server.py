@@ -229,6 +229,16 @@ def test_a_reset_to_the_task_the_page_holds_restarts_it_in_place_and_another_tas
     assert first.url == again.url and again.url != other.url
 
 
+def test_a_new_session_restarts_its_first_episode_in_the_page_a_closed_session_left(env_server):
+    with BrowserGymEnv(base_url=env_server.url).sync() as closed:
+        closed.reset(task_name="click-test", seed=1)
+    with BrowserGymEnv(base_url=env_server.url).sync() as new:
+        first = new.reset(task_name="click-test", seed=2).observation
+        second = new.reset(task_name="click-test", seed=3).observation
+    assert first.metadata["page_of_a_closed_session"] and first.metadata["restarted_in_page"]
+    assert first.goal == "Click the button." and "page_of_a_closed_session" not in second.metadata
+
+
 def test_the_server_reports_its_cpu_and_the_episodes_begun_on_it(env_server, session):
     before_cpu, before_episodes = cpu_reading(env_server.url)
     for seed in range(3):

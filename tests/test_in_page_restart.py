@@ -8,14 +8,17 @@ among them, five compared restarts each) run in the slow tier; BROWSER_RL_RESTAR
 task."""
 
 import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench import restarts
 from browser_rl.tasks import PRESETS
+from helpers import wait_for
 from web_env.server import environment
-from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES
+from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
@@ -237,6 +240,70 @@ def test_what_an_episode_did_to_the_page_the_task_does_not_rebuild_does_not_reac
     _, reference = restarts.play(loading, task, 2, right=True)
     assert metadata["restarted_in_page"]
     assert episode == reference, restarts.first_difference(episode, reference)
+
+
+def browser_contexts(pool: BrowserPool) -> int:
+    (worker,) = pool.workers
+    return worker.call(lambda: len(worker._browser.contexts))
+
+
+def test_a_new_session_plays_in_the_page_a_closed_session_left_the_episode_a_fresh_load_gives(pool, loading):
+    keeping = BrowserPool(1, max_sessions=1)
+    closed = MiniWoBEnvironment(keeping)
+    assert reset(closed, "click-test", 1)["loaded_because"] == "the session has no page yet"
+    left = closed._page
+    closed.close()
+    new = MiniWoBEnvironment(keeping)
+    metadata, episode = restarts.play(new, "click-test", 3, right=True)
+    _, reference = restarts.play(loading, "click-test", 3, right=True)
+    assert new._page is left and metadata["restarted_in_page"] and metadata["page_of_a_closed_session"]
+    assert episode == reference, restarts.first_difference(episode, reference)
+    assert "page_of_a_closed_session" not in reset(new, "click-test", 4)  # only the session's first reset
+    new.close()
+
+
+def test_closed_sessions_pages_are_kept_while_the_browser_holds_no_more_than_its_share_of_sessions(pool):
+    keeping = BrowserPool(1, max_sessions=1)
+    first, second = MiniWoBEnvironment(keeping), MiniWoBEnvironment(keeping)
+    reset(first, "click-test", 1)
+    reset(second, "click-test", 2)
+    first.close()
+    assert browser_contexts(keeping) == 1  # the browser holds second's page: its share of one session
+    second.close()
+    assert browser_contexts(keeping) == 1  # second's page, kept
+
+    keeping = BrowserPool(1, max_sessions=4)
+    sessions = [MiniWoBEnvironment(keeping) for _ in range(4)]
+    for seed, session in enumerate(sessions):
+        reset(session, "click-test", seed)
+    # All four close at once, as a run's sessions do at its end: their closes queue on the browser's thread, busy
+    # meanwhile, so that each page is kept or not before any of the four has left the browser's count of sessions.
+    (worker,) = keeping.workers
+    busy = threading.Event()
+    threading.Thread(target=worker.call, args=(busy.wait,)).start()
+    closing = [threading.Thread(target=session.close) for session in sessions]
+    for thread in closing:
+        thread.start()
+    assert wait_for(lambda: all(session._worker is None for session in sessions))  # each close is waiting
+    busy.set()
+    for thread in closing:
+        thread.join()
+    assert browser_contexts(keeping) == 4
+    sessions = [MiniWoBEnvironment(keeping) for _ in range(4)]
+    assert all(
+        reset(session, "click-test", 10 + seed)["page_of_a_closed_session"] for seed, session in enumerate(sessions)
+    )
+    assert browser_contexts(keeping) == 4
+
+
+def test_a_page_a_closed_session_left_is_closed_after_keep_s(pool):  # pool: the task pages and Chromium set up
+    keeping = BrowserPool(1, max_sessions=1, keep_s=1.0)
+    session = MiniWoBEnvironment(keeping)
+    reset(session, "click-test", 1)
+    closed_at = time.monotonic()
+    session.close()
+    assert wait_for(lambda: browser_contexts(keeping) == 0, timeout_s=30)
+    assert time.monotonic() - closed_at >= 1.0
 
 
 def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):

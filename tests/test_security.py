@@ -173,7 +173,8 @@ def test_clients_that_vanish_without_closing_leave_no_browser_processes():
         "    await asyncio.sleep(600)\n"
         "asyncio.run(main())\n"
     )
-    with LocalEnvServer(max_sessions=20, server_args=["--browsers", "2"]) as server:
+    # Their pages are kept for the next sessions no longer than an idle session lives: a second here.
+    with LocalEnvServer(max_sessions=20, server_args=["--browsers", "2", "--idle_timeout_s", "1"]) as server:
         start_both_browsers(server)
         before = len(chromium_processes(server.pid))
         clients = subprocess.Popen(

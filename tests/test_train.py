@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 import train
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
+from env_client import LocalEnvServer
 from helpers import FAST, ROOT, alive, lines_of, parse_config, process_tree, train_command
 
 
@@ -38,11 +39,12 @@ def assert_steps_logged(log_history):
     assert all(math.isfinite(entry["loss"]) and 0.0 <= entry["reward"] <= 1.0 for entry in steps)
 
 
-def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(half_right_model, env_server, tmp_path):
+def test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads(half_right_model, tmp_path):
     """On a model that acts, right about half the time: two groups of four one-action episodes a step, in lock step,
-    so that the run is the same every time."""
+    so that the run is the same every time. On a server of its own, whose browsers hold no page yet."""
     one_action = ("--max_turns", "1", "--num_generations", "4", "--per_device_train_batch_size", "8")
-    assert_steps_logged(run_training(half_right_model, env_server.url, tmp_path, *one_action, "--lockstep", "true"))
+    with LocalEnvServer(max_sessions=16, server_args=["--browsers", "2"]) as server:
+        assert_steps_logged(run_training(half_right_model, server.url, tmp_path, *one_action, "--lockstep", "true"))
     metrics = read_metrics(tmp_path / METRICS_FILE)
     steps = [m for m in metrics if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]

@@ -80,7 +80,7 @@ class RequireToken:
 def build_app(args: argparse.Namespace, token: str | None):
     """The OpenEnv app of the command line's settings: sessions of MiniWoBEnvironment on a pool of browsers, and
     GET /cpu."""
-    pool = BrowserPool(args.browsers)
+    pool = BrowserPool(args.browsers, args.max_sessions, keep_s=args.idle_timeout_s)
     environment = functools.partial(
         MiniWoBEnvironment,
         pool=pool,
@@ -146,7 +146,12 @@ def main() -> None:
     parser.add_argument(
         "--settle_ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
     )
-    parser.add_argument("--idle_timeout_s", type=float, default=600.0, help="close a session idle this long (0: never)")
+    parser.add_argument(
+        "--idle_timeout_s",
+        type=float,
+        default=600.0,
+        help="close a session idle this long, and a closed session's page kept for the next this long (0: never)",
+    )
     parser.add_argument(
         "--reload_every",
         type=int,

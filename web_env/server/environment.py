@@ -8,6 +8,7 @@ app, the token, the process) is app.py's job.
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 from uuid import uuid4
@@ -119,21 +120,70 @@ class OneDevToolsSession:
         return getattr(self._page, name)
 
 
+@dataclass(eq=False)  # kept pages are told apart by identity
+class SessionPage:
+    """A session's browser context, its page, and what the page holds: what a closed session leaves for the next."""
+
+    context: Any
+    page: Any
+    read: OneDevToolsSession
+    task: Any
+    timeout: float
+    episodes_in_page: int
+    episodes_in_context: int
+
+
 class BrowserWorker:
     """A thread that owns one Playwright instance and one Chromium, shared by the sessions assigned to it.
 
     Playwright's sync objects work only on the thread that created them, so every call on this browser,
     its contexts and their pages runs here; the sessions' own threads wait for the answer.
+
+    The page of a closed session stays open here for the next session's first reset, which then restarts an episode
+    in it or loads its task into it instead of making a context and a page (a renderer process): 0.13 s or 0.26 s
+    instead of 1.10 on the browser's thread (docs/environment.md). What passes from one session to the next is what
+    passes between two episodes of one session: the reset clears cookies and storage, and restarts or loads the page
+    with its checks. Pages kept and pages in use together stay within `max_pages`, and a kept page closes after
+    `keep_s` (0: kept until taken), as an idle session does.
     """
 
-    def __init__(self):
+    def __init__(self, max_pages: int = 0, keep_s: float = 0):
         self.sessions = 0
         self._thread = ThreadPoolExecutor(max_workers=1)
         self._playwright = None
         self._browser = None
+        self._max_pages = max_pages
+        self._keep_s = keep_s
+        self._kept: list[SessionPage] = []  # on this worker's thread only
 
     def call(self, function, *args):
         return self._thread.submit(function, *args).result()
+
+    def keep(self, page: SessionPage) -> bool:
+        """Keeps a closing session's page for the next session while the browser's pages, this one among them, are
+        within `max_pages`; on this worker's thread only. (Pages, not sessions: sessions that close at once would
+        each count the others as still open.)"""
+        if len(self._browser.contexts) > self._max_pages:
+            return False
+        self._kept.append(page)
+        if self._keep_s:
+            expiry = threading.Timer(self._keep_s, self._thread.submit, args=(self._close_kept, page))
+            expiry.daemon = True
+            expiry.start()
+        return True
+
+    def take_kept(self, task_class) -> SessionPage | None:
+        """A kept page, one holding `task_class`'s task if there is one; on this worker's thread only."""
+        if not self._kept:
+            return None
+        page = next((kept for kept in self._kept if type(kept.task) is task_class), self._kept[0])
+        self._kept.remove(page)
+        return page
+
+    def _close_kept(self, page: SessionPage) -> None:
+        if page in self._kept:
+            self._kept.remove(page)
+            page.context.close()
 
     def new_context(self, **options):
         """A new browser context (its own cookies, storage and pages); on this worker's thread only."""
@@ -157,10 +207,12 @@ class BrowserWorker:
 
 class BrowserPool:
     """A fixed set of browser workers; each new session joins the one with the fewest sessions. It counts the
-    episodes its sessions begin."""
+    episodes its sessions begin. With `max_sessions`, a worker keeps closed sessions' pages while its pages stay
+    within its share of the sessions, each for at most `keep_s` (BrowserWorker)."""
 
-    def __init__(self, size: int):
-        self.workers = [BrowserWorker() for _ in range(size)]
+    def __init__(self, size: int, max_sessions: int = 0, keep_s: float = 0):
+        max_pages = -(-max_sessions // size)  # the most sessions a worker serves at once
+        self.workers = [BrowserWorker(max_pages, keep_s) for _ in range(size)]
         self.episodes = 0
         self._lock = threading.Lock()
 
@@ -201,12 +253,14 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     to another task, a page that crashed or navigated away, a page the checks find unlike the fresh load, a task in
     LOADED_AFRESH, or every `reload_every` episodes loads the task's page afresh, with cookies and storage cleared,
     and says why (`loaded_because` in the observation's metadata); every CONTEXT_EPISODES episodes it does so in a
-    new browser context, so that no renderer lives for long. tests/test_in_page_restart.py and bench/restarts.py
-    compare restarts with fresh loads of the same seed over every task, on young and on aged pages. The observation
-    is taken once the page is ready (after `settle_ms`, 0 by default, for tasks that animate; a client may pick its
-    own at reset), with the fields a client asked for at reset (all by default). The task, its goal, the actions,
-    their execution, the observation and the reward are BrowserGym's own; the common actions run in fewer round trips
-    with the same outcome (page_actions.py), or with BrowserGym's code alone where `browsergym_actions` is set.
+    new browser context, so that no renderer lives for long. A session's first reset takes the page a closed session
+    left on its browser where there is one (BrowserWorker; `page_of_a_closed_session` in the metadata).
+    tests/test_in_page_restart.py and bench/restarts.py compare restarts with fresh loads of the same seed over every
+    task, on young and on aged pages. The observation is taken once the page is ready (after `settle_ms`, 0 by
+    default, for tasks that animate; a client may pick its own at reset), with the fields a client asked for at reset
+    (all by default). The task, its goal, the actions, their execution, the observation and the reward are
+    BrowserGym's own; the common actions run in fewer round trips with the same outcome (page_actions.py), or with
+    BrowserGym's code alone where `browsergym_actions` is set.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
@@ -284,10 +338,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         # Marked closed before the browser context goes, so a step that arrives meanwhile is told why.
         worker, self._worker = self._worker, None
         if worker is not None:
-            worker.call(self._end_session)
+            worker.call(self._end_session, worker)
             self._pool.release(worker)
 
     def _reset(self, seed: int | None, episode_id: str | None, task_name: str) -> BrowserGymObservation:
+        adopted = self._page is None and self._adopt_kept_page(TASK_CLASSES[task_name])
         if self._episodes_in_context >= CONTEXT_EPISODES:
             self._close_context()
             goal, loaded_because = None, f"a new browser context every {CONTEXT_EPISODES} episodes"
@@ -307,6 +362,8 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         metadata = {"restarted_in_page": not loaded_because}
         if loaded_because:
             metadata["loaded_because"] = loaded_because
+        if adopted:
+            metadata["page_of_a_closed_session"] = True
         return self._observation(error="", reward=0.0, done=False, raw_reward=0.0, extra_metadata=metadata)
 
     def _restart(self, task) -> tuple[str | None, str | None]:
@@ -383,7 +440,30 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             self._context.close()
         self._page = self._context = self._read = None
 
-    def _end_session(self) -> None:
+    def _adopt_kept_page(self, task_class) -> bool:
+        kept = self._worker.take_kept(task_class)
+        if kept is None:
+            return False
+        self._context, self._page, self._read, self._task = kept.context, kept.page, kept.read, kept.task
+        self._timeout, self._episodes_in_page = kept.timeout, kept.episodes_in_page
+        self._episodes_in_context = kept.episodes_in_context
+        return True
+
+    def _end_session(self, worker: BrowserWorker) -> None:
+        """Leaves the session's page to the next session on its browser where the browser has room (BrowserWorker),
+        else closes the session's context."""
+        if self._page is not None and not self._page.is_closed() and self._episodes_in_context < CONTEXT_EPISODES:
+            kept = SessionPage(
+                self._context,
+                self._page,
+                self._read,
+                self._task,
+                self._timeout,
+                self._episodes_in_page,
+                self._episodes_in_context,
+            )
+            if worker.keep(kept):
+                self._page = self._context = self._read = None
         self._task = None
         self._close_context()
 
