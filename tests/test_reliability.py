@@ -45,9 +45,9 @@ class AtTheEndOfStepOne(TrainerCallback):
 
 
 def train_with_fault(model: str, output_dir, fault, *overrides: str) -> tuple[str, list[LocalEnvServer]]:
-    """A run of train_here's for 4 steps on servers it starts (web_env.server processes, as train.py's own), with
-    `fault(servers)` when step 1 ends: its log, and the servers it started, in order. What fails is a server, so the
-    trainer runs in the test's process."""
+    """train_here for 4 steps on servers the run starts (web_env.server processes, as train.py's own), with
+    `fault(servers)` when step 1 ends: the run's log, and the servers it started, in order. What fails is a server,
+    so the trainer runs in the test's process."""
     started = []
 
     def new_server(max_sessions: int) -> LocalEnvServer:
