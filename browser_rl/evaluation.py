@@ -41,7 +41,7 @@ from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
-from browser_rl.tasks import browsergym_benchmark, browsergym_split_of
+from browser_rl.tasks import browsergym_benchmark, split_of
 from env_client import cpu_s_per_episode
 from rewards import browsergym_solved
 
@@ -154,7 +154,7 @@ def split_summaries(records: list[dict]) -> dict:
     """The summary of each BrowserGym split that the records reach into."""
     return {
         split: summarize(of_split)
-        for split, of_split in sorted(grouped(records, lambda r: browsergym_split_of()[r["task_name"]]).items())
+        for split, of_split in sorted(grouped(records, lambda r: split_of(r["task_name"])).items())
     }
 
 

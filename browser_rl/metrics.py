@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from browser_rl.tasks import browsergym_split_of
+from browser_rl.tasks import split_of
 
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
 
@@ -79,7 +79,7 @@ def episode_metrics(episodes: list) -> dict[str, float]:
     # With many tasks, success on each of BrowserGym's two splits (a run on browsergym-train has 62) reads at once.
     per_split = {}
     if len(by_task) > 1:
-        by_split = grouped(episodes, lambda e: browsergym_split_of()[e.task_name])
+        by_split = grouped(episodes, lambda e: split_of(e.task_name))
         for split, of_split in sorted(by_split.items()):
             per_split[f"splits/{split}/success_rate"] = sum(e.solved for e in of_split) / len(of_split)
     # A reset restarted in the page costs the environment a fraction of one that loads it (docs/environment.md).

@@ -13,6 +13,7 @@ import torch
 from trl import GRPOConfig
 
 from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks
+from web_env import task_modules
 from web_env.models import MAX_SETTLE_MS
 
 log = logging.getLogger("train")
@@ -22,6 +23,13 @@ log = logging.getLogger("train")
 class TaskArguments:
     """Which task instances a run plays: train.py draws from them, evaluate.py and the recorder play the list."""
 
+    task_modules: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Python modules (names or .py paths) registering your own BrowserGym tasks, played by their ids "
+            "as MiniWoB's are by name; local servers load them too (docs/your_own_task.md)"
+        },
+    )
     task_name: str = field(default="click-test", metadata={"help": "the task, e.g. click-test, enter-text"})
     tasks: list[str] = field(
         default_factory=list,
@@ -33,6 +41,7 @@ class TaskArguments:
     )
 
     def __post_init__(self):
+        task_modules.load(self.task_modules)  # their tasks are known from here on
         if self.task_name not in known_tasks():
             raise ValueError(f"task_name: unknown task {self.task_name!r}")
         self.task_weights()  # a mistake in the list fails here

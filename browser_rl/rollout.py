@@ -309,7 +309,7 @@ class EpisodeRunner:
         try:
             return await call
         except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
-            raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip(), server) from e
+            raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip() + f" (server {server})", server) from e
 
     async def _run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None):
         await self._open_sessions(len(specs))

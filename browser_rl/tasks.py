@@ -10,6 +10,7 @@ that a task nobody solves yet, or one that was mastered and is being forgotten, 
 import functools
 import random
 
+from web_env import task_modules
 from web_env.models import MINIWOB_TASKS
 
 PRESETS = {
@@ -28,8 +29,8 @@ SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running
 
 
 def known_tasks() -> tuple[str, ...]:
-    """Every task a run may name."""
-    return MINIWOB_TASKS
+    """Every task a run may name: MiniWoB's, and those of the task modules loaded (TaskArguments.task_modules)."""
+    return MINIWOB_TASKS + task_modules.own_tasks()
 
 
 def parse_tasks(entries: list[str]) -> dict[str, float]:
@@ -45,7 +46,10 @@ def parse_tasks(entries: list[str]) -> dict[str, float]:
         if weight <= 0:
             raise ValueError(f"tasks: weight of {entry!r} must be positive")
         if name not in PRESET_NAMES and name not in known_tasks():
-            raise ValueError(f"tasks: {name!r} is neither a MiniWoB task nor a preset ({', '.join(PRESET_NAMES)})")
+            raise ValueError(
+                f"tasks: {name!r} is neither a task (MiniWoB's, or one of task_modules') nor a preset "
+                f"({', '.join(PRESET_NAMES)})"
+            )
         for task in preset_tasks(name) if name in PRESET_NAMES else [name]:
             if task in weights:
                 raise ValueError(f"tasks: {task!r} is named twice")
@@ -71,6 +75,11 @@ def browsergym_benchmark(name: str, split: str | None = None):
 
     benchmark = DEFAULT_BENCHMARKS[name]()
     return benchmark.subset_from_split(split) if split else benchmark
+
+
+def split_of(task: str) -> str:
+    """BrowserGym's split of a MiniWoB task ("train" or "test"), or "own" for a task of a task module."""
+    return browsergym_split_of().get(task, "own")
 
 
 @functools.cache

@@ -26,9 +26,10 @@ import uvicorn
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from web_env import task_modules
 from web_env.models import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 from web_env.server import browser_setup
-from web_env.server.environment import RELOAD_EVERY, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from web_env.server.environment import RELOAD_EVERY, BrowserPool, MiniWoBEnvironment, known_task
 
 log = logging.getLogger("env_server")
 
@@ -141,6 +142,13 @@ def main() -> None:
     parser.add_argument(
         "--browsers", type=int, default=min(4, os.cpu_count() or 1), help="Chromium processes shared by the sessions"
     )
+    parser.add_argument(
+        "--task_modules",
+        nargs="*",
+        default=[],
+        help="Python modules (names importable from the current directory, or .py paths) that register your own "
+        "BrowserGym tasks, served beside MiniWoB's (docs/your_own_task.md)",
+    )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
     parser.add_argument("--parent_pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
     parser.add_argument(
@@ -174,8 +182,12 @@ def main() -> None:
             f"refusing to listen on {args.host} without a token: anyone who reaches the port could drive the "
             f"browsers. Set {TOKEN_VARIABLE} (clients send it too), or keep the default loopback --host."
         )
-    if args.task not in TASK_CLASSES:
-        parser.error(f"unknown MiniWoB task {args.task!r}")
+    try:
+        own_tasks = task_modules.load(args.task_modules)
+    except ValueError as error:
+        parser.error(str(error))
+    if not known_task(args.task):
+        parser.error(f"unknown task {args.task!r}: neither MiniWoB's nor one of --task_modules'")
     if args.parent_pid:
         exit_with_parent(args.parent_pid)
     browser_setup.prepare()
@@ -183,8 +195,9 @@ def main() -> None:
         parser.error(f"--reload_every must be at least 1, got {args.reload_every}")
     app = build_app(args, token)
     log.info(
-        "serving MiniWoB (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, "
+        "serving MiniWoB%s (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, "
         "idle ones closed after %.0fs",
+        f" and {len(own_tasks)} task(s) of task modules ({', '.join(own_tasks)})" if own_tasks else "",
         args.task,
         args.host,
         args.port,

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import uuid4
 
 from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
@@ -28,6 +29,7 @@ from openenv.core.env_server.interfaces import Environment
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
+from web_env import task_modules
 from web_env.models import (
     DEFAULT_TASK,
     MAX_SEED,
@@ -93,6 +95,25 @@ LOADED_AFRESH = {
 
 # BrowserGym's MiniWoB task classes by task name (click-test, enter-text, ...).
 TASK_CLASSES = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
+MAX_NAVIGATIONS_PER_READ = 5  # documents an observation waits through (a redirect is two) before it gives up
+OWN_TASK_LOADS = "a task of a task module: every episode is a fresh load"
+# Every request of a page goes through this proxy, which is no proxy (the port of the discard service, closed): a page
+# reaches no network, loopback included (<-loopback>). MiniWoB's pages are files; a task module's app is answered
+# inside the browser, before any proxy (web_env.task_app), so it is the only origin a task's page reaches.
+NO_NETWORK = {"server": "http://127.0.0.1:9", "bypass": "<-loopback>"}
+
+
+class TaskError(Exception):
+    """A task's own code (its setup or validate) raised: an environment failure, never a reward."""
+
+
+def task_maker(task_name: str):
+    """The maker of `task_name`'s instances from a seed: MiniWoB's class, or what a task module registered."""
+    return TASK_CLASSES.get(task_name) or task_modules.task_maker(task_name)
+
+
+def known_task(task_name: str) -> bool:
+    return task_name in TASK_CLASSES or task_name in task_modules.own_tasks()
 
 
 class OneDevToolsSession:
@@ -106,10 +127,10 @@ class OneDevToolsSession:
         self._page = page
         self._session = page.context.new_cdp_session(page)
         self._main_frame_id = None
-        kept = SimpleNamespace(send=self._send, detach=lambda: None)
+        kept = SimpleNamespace(send=self.send, detach=lambda: None)
         self.context = SimpleNamespace(new_cdp_session=lambda page: kept)
 
-    def _send(self, method: str, params: dict | None = None) -> dict:
+    def send(self, method: str, params: dict | None = None) -> dict:
         if method != "Page.getFrameTree" or len(self._page.frames) > 1:
             return self._session.send(method, params)
         if self._main_frame_id is None:
@@ -197,6 +218,7 @@ class BrowserWorker:
             # (113 renderer processes for 96 episodes over 8 sessions; with this, one per session).
             self._browser = self._playwright.chromium.launch(
                 headless=True,
+                proxy=NO_NETWORK,
                 args=[
                     "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache,SpareRendererForSitePerProcess"
                 ],
@@ -288,6 +310,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         self._page = None
         self._read = None  # the page as BrowserGym's extraction reads it, through the page's one DevTools session
         self._task = None
+        self._episode_label = ""  # the task and seed of the session's episode, for a TaskError
         self._episodes_in_page = self._episodes_in_context = 0
         self._state = BrowserGymState()
 
@@ -307,9 +330,11 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         task_name = task_name or self._default_task
         if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
             raise ValueError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
-        if task_name not in TASK_CLASSES:
-            examples = ", ".join(sorted(TASK_CLASSES)[:5])
-            raise ValueError(f"unknown MiniWoB task {task_name!r} (known tasks include {examples}, ...)")
+        if not known_task(task_name):
+            own = ", ".join(task_modules.own_tasks()) or "none: it was started without --task_modules"
+            raise ValueError(
+                f"unknown task {task_name!r}: this server has MiniWoB's tasks and those of its task modules ({own})"
+            )
         if fields is not None and not (isinstance(fields, list) and set(fields) <= set(OBSERVATION_FIELDS)):
             raise ValueError(f"fields must be a list of observation fields ({', '.join(OBSERVATION_FIELDS)})")
         if settle_ms is not None and (type(settle_ms) is not int or not 0 <= settle_ms <= MAX_SETTLE_MS):
@@ -325,6 +350,14 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         if self._task is None:
             raise RuntimeError("call reset before step")
         return self._worker.call(self._step, action.action_str)
+
+    def act_with(self, act) -> BrowserGymObservation:
+        """A step whose action is `act(task, page)` on the session's page, not one of the policy's: how the task
+        checker (check_tasks.py) plays a task's cheat and its wrong endings. What `act` raises is the step's error."""
+        self._check_open()
+        if self._task is None:
+            raise RuntimeError("call reset before act_with")
+        return self._worker.call(self._step_with, lambda: act(self._task, self._page))
 
     @property
     def state(self) -> BrowserGymState:
@@ -342,16 +375,24 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             self._pool.release(worker)
 
     def _reset(self, seed: int | None, episode_id: str | None, task_name: str) -> BrowserGymObservation:
-        adopted = self._page is None and self._adopt_kept_page(TASK_CLASSES[task_name])
+        miniwob = task_name in TASK_CLASSES
+        self._episode_label = f"task {task_name!r} (seed {seed})"
+        adopted = self._page is None and miniwob and self._adopt_kept_page(TASK_CLASSES[task_name])
         if self._episodes_in_context >= CONTEXT_EPISODES:
             self._close_context()
             goal, loaded_because = None, f"a new browser context every {CONTEXT_EPISODES} episodes"
+        elif not miniwob:
+            goal, loaded_because = None, OWN_TASK_LOADS
         else:
             goal, loaded_because = self._restart(TASK_CLASSES[task_name](seed=seed))
         if loaded_because:
-            self._task = TASK_CLASSES[task_name](seed=seed)  # afresh: the restart drew from the task's generator
-            goal, _info = self._task.setup(page=self._blank_page(self._task))  # loads the page, waits for it
-            self._page.evaluate("window.__episode.noteFreshLoad()")
+            self._end_task()
+            task = task_maker(task_name)(seed=seed)  # afresh: the restart drew from the task's generator
+            page = self._blank_page(task)
+            self._task = task
+            goal, _info = self._run_task_code(task.setup, page)  # loads the page, waits for it
+            if miniwob:
+                self._page.evaluate("window.__episode.noteFreshLoad()")
             self._episodes_in_page = 0
         self._episodes_in_page += 1
         self._episodes_in_context += 1
@@ -398,15 +439,22 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         return (goal["utterance"] if isinstance(goal, dict) else goal), None
 
     def _step(self, action_str: str) -> BrowserGymObservation:
+        # A task module's app navigates (a form posted, a link followed): BrowserGym's own code acts through
+        # Playwright's element actions, which wait for the navigation an action starts, so that `validate` sees what
+        # the app recorded; page_actions.py's shorter path serves MiniWoB's pages, which never navigate.
+        short_path = self._short_path and type(self._task) in TASK_CLASSES.values()
+        return self._step_with(lambda: run_action(self._page, action_str, short_path))
+
+    def _step_with(self, act) -> BrowserGymObservation:
         try:
-            run_action(self._page, action_str, self._short_path)
+            act()
             error = ""
         except Exception as e:  # the action failed, not the server: the model reads why and tries again
             error = f"{type(e).__name__}: {e}"
         if self._settle_ms:
             self._page.wait_for_timeout(self._settle_ms)
         self._page.wait_for_load_state("domcontentloaded")
-        reward, done, _message, info = self._task.validate(self._page, [])
+        reward, done, _message, info = self._run_task_code(self._task.validate, self._page, [])
         self._state.step_count += 1
         self._state.cum_reward += float(reward)
         # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending; the page's
@@ -414,11 +462,33 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
         raw = float(info.get("RAW_REWARD_GLOBAL", reward))
         return self._observation(error=error, reward=float(reward), done=bool(done), raw_reward=raw)
 
+    def _run_task_code(self, function, *args):
+        """The task's setup or validate, whose exception is a TaskError naming the task and its seed."""
+        try:
+            return function(*args)
+        except Exception as error:
+            raise TaskError(
+                f"{self._episode_label}: {function.__name__} raised {type(error).__name__}: {error}"
+            ) from error
+
+    def _end_task(self) -> None:
+        if self._task is not None:
+            self._task.teardown()
+            self._task = None
+
     def _blank_page(self, task):
-        """The session's page, ready for the task to load itself into; a closed or crashed page is replaced."""
+        """The session's page, ready for the task to load itself into: a new one in a new context the first time and
+        after a crash, else the same page emptied of what the last episode left (cookies, storage; for a task module's
+        app, everything its origin stored)."""
+        if self._page is not None and not self._page.is_closed() and self._page.url.startswith("http"):
+            origin = "{0.scheme}://{0.netloc}".format(urlsplit(self._page.url))
+            self._page.goto("about:blank")  # the app's scripts stop before its data goes
+            self._read.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
         if self._page is None or self._page.is_closed():
             self._close_context()
-            self._context = self._worker.new_context(viewport=task.viewport)
+            self._context = self._worker.new_context(
+                viewport=task.viewport, locale=task.locale, timezone_id=task.timezone_id, service_workers="block"
+            )
             self._context.add_init_script(EPISODE_TRACKER)
             self._context.set_default_timeout(task.timeout)
             self._timeout = task.timeout
@@ -452,7 +522,9 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     def _end_session(self, worker: BrowserWorker) -> None:
         """Leaves the session's page to the next session on its browser where the browser has room (BrowserWorker),
         else closes the session's context."""
-        if self._page is not None and not self._page.is_closed() and self._episodes_in_context < CONTEXT_EPISODES:
+        miniwob = type(self._task) in TASK_CLASSES.values()  # a task module's pages are not kept: its task ends here
+        page_open = self._page is not None and not self._page.is_closed()
+        if miniwob and page_open and self._episodes_in_context < CONTEXT_EPISODES:
             kept = SessionPage(
                 self._context,
                 self._page,
@@ -464,7 +536,7 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
             )
             if worker.keep(kept):
                 self._page = self._context = self._read = None
-        self._task = None
+        self._end_task()
         self._close_context()
 
     def _observation(
@@ -501,16 +573,23 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
 
     def _extract_dom_and_axtree(self, dom: bool, axtree: bool):
         # As BrowserGym does: mark every element with its bid (which the actions find elements by), read the DOM and
-        # the accessibility tree, unmark; a page still changing under the marking gets one lenient second try.
-        for lenient in (False, True):
+        # the accessibility tree, unmark; a page still changing under the marking gets one lenient second try, and a
+        # page that navigated meanwhile (a task module's app) is read again once its new document is loaded.
+        lenient, navigations = False, 0
+        while True:
             try:
                 _pre_extract(self._page, tags_to_mark="standard_html", lenient=lenient)
                 snapshot = extract_dom_snapshot(self._read) if dom else None
                 tree = extract_merged_axtree(self._read) if axtree else None
                 break
-            except (PlaywrightError, MarkingError):
+            except (PlaywrightError, MarkingError) as error:
+                if "Execution context was destroyed" in str(error) and navigations < MAX_NAVIGATIONS_PER_READ:
+                    navigations += 1
+                    self._page.wait_for_load_state("domcontentloaded")
+                    continue
                 _post_extract(self._page)
                 if lenient:
                     raise
+                lenient = True
         _post_extract(self._page)
         return snapshot, tree
