@@ -14,8 +14,8 @@ from helpers import ROOT
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNERS = ("python", "torchrun", "accelerate", "make", "modal", "docker")
 # Paths a command may name that a run makes (outputs, the built models and the demonstrations it records) or that
-# stand for the reader's own (my.yaml).
-MADE_BY_A_RUN = ("outputs/", ".cache/", "my.yaml")
+# stand for the reader's own (my.yaml, the tutorial's coffee/ folder).
+MADE_BY_A_RUN = ("outputs/", ".cache/", "my.yaml", "coffee/")
 # Experiments' scripts that their documents say were removed once they had answered, each at the commit the document
 # names for it (docs/page-reading-experiments.md).
 REMOVED = {"bench/reading.py", "bench/lora_ceiling.py"}
@@ -32,7 +32,7 @@ def shown_commands() -> list[tuple[str, str]]:
                 line = line.split("  #")[0].strip()
                 if line.split(" ")[0] in RUNNERS:
                     commands.append((document.name, line))
-        for span in re.findall(r"`((?:python|torchrun|accelerate launch|make|modal run|docker) [^`]+)`", text):
+        for span in re.findall(r"(?<!``)`((?:python|torchrun|accelerate launch|make|modal run|docker) [^`]+)`", text):
             commands.append((document.name, span))
     return commands
 
