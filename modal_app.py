@@ -19,10 +19,13 @@ all of them and runs train.py under torchrun, one rank per GPU, committing the v
 import contextlib
 import datetime
 import functools
+import importlib.util
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import modal
@@ -32,10 +35,12 @@ from transformers import TrainerCallback
 
 import train
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.errors import ConfigError
 from browser_rl.metrics import setup_logging
 from browser_rl.options import ModalArguments
 from browser_rl.servers import open_server_pool
 from env_client import LocalEnvServer
+from web_env import task_modules
 from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
@@ -50,6 +55,12 @@ CHECKPOINT_VOLUME = "browser-rl-checkpoints"
 CHECKPOINTS_DIR = Path(os.environ.get("BROWSER_RL_CHECKPOINTS", "/checkpoints"))
 HF_CACHE_DIR = "/root/.cache/huggingface"
 COMMIT_EVERY_S = 60.0  # how often the volume is committed while ranks train in processes of their own
+# Your task modules' folders, shipped with the call (they are read where you run `modal run`): where the GPU's
+# container writes them, in the run's directory, and where a sandbox's image holds them (the Dockerfile copies its
+# build context to /src/web_env).
+OWN_TASKS = "own_tasks"
+OWN_TASKS_IN_SANDBOX = f"/src/web_env/{OWN_TASKS}"
+MAX_OWN_TASKS_BYTES = 50 * 2**20
 
 image = (
     modal.Image.debian_slim(python_version="3.11")  # no browser: the environment servers run elsewhere
@@ -83,12 +94,15 @@ class EnvServerSandbox:
 
     startup_timeout_s = SANDBOX_START_TIMEOUT_S
 
-    def __init__(self, settings: ModalArguments, max_sessions: int, token: str):
+    def __init__(self, settings: ModalArguments, max_sessions: int, token: str, own_tasks: list[str] = ()):
+        self.own_tasks = [Path(module) for module in own_tasks]  # task modules' files, each served with its folder
+        served = [f"{OWN_TASKS_IN_SANDBOX}/{module.parent.name}/{module.name}" for module in self.own_tasks]
         self.provider = ModalProvider(
             app_name=app.name,
             # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
             timeout=int(settings.modal_timeout_hours * 3600),
-            cmd=f"python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions {max_sessions}",
+            cmd=f"python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions {max_sessions}"
+            + (f" --task_modules {' '.join(served)}" if served else ""),
             cpu=settings.modal_env_cpu,
             memory=settings.modal_env_memory_mb,
             env_vars={TOKEN_VARIABLE: token},
@@ -96,10 +110,21 @@ class EnvServerSandbox:
         self.url: str | None = None
 
     def start(self) -> None:
-        dockerfile = ENVIRONMENT_PACKAGE / "server" / "Dockerfile"
-        image = ModalProvider.image_from_dockerfile(str(dockerfile), context_dir=str(ENVIRONMENT_PACKAGE))
+        context = self.build_context()
+        dockerfile = context / "server" / "Dockerfile"
+        image = ModalProvider.image_from_dockerfile(str(dockerfile), context_dir=str(context))
         self.url = self.provider.start_container(image)
         self.provider.wait_for_ready(self.url, timeout_s=SANDBOX_START_TIMEOUT_S)
+
+    def build_context(self) -> Path:
+        """The image's build context: the environment package, with the task modules' folders in it if any."""
+        if not self.own_tasks:
+            return ENVIRONMENT_PACKAGE
+        context = Path(tempfile.mkdtemp(prefix="env-image-")) / ENVIRONMENT_PACKAGE.name
+        shutil.copytree(ENVIRONMENT_PACKAGE, context, ignore=shutil.ignore_patterns("__pycache__"))
+        for module in self.own_tasks:
+            shutil.copytree(module.parent, context / OWN_TASKS / module.parent.name, dirs_exist_ok=True)
+        return context
 
     def restart(self) -> None:
         self.provider.stop_container()
@@ -122,15 +147,18 @@ class CommitCheckpoints(TrainerCallback):
     retries=DEFAULT_OPTIONS["retries"],
     volumes={HF_CACHE_DIR: hf_cache, str(CHECKPOINTS_DIR): checkpoints},
 )
-def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
+def train_remote(config_yaml: str, run_name: str, extra_args: list[str], own_tasks: dict | None = None) -> str:
     """Trains `config_yaml` into the run's directory; a retry resumes from its last checkpoint (train.main does).
-    Run locally (.local()), it starts its environment servers as local processes, as train.py does."""
+    `own_tasks` (shipped_task_modules) are written into the run's directory and trained on from there. Run locally
+    (.local()), it starts its environment servers as local processes, as train.py does."""
     setup_logging()
     run_dir = CHECKPOINTS_DIR / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     config_path.write_text(config_yaml)
     args = ["--config", str(config_path), *extra_args, "--output_dir", str(run_dir)]
+    if own_tasks:
+        args += ["--task_modules", *written_task_modules(own_tasks, run_dir / OWN_TASKS)]
     *recipe, settings = parse_command_line((*train.OPTIONS, ModalArguments), args)
     _, _, servers, _, training_args, _ = recipe
     new_server, callbacks, commit = LocalEnvServer, [], lambda: None
@@ -138,7 +166,9 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str]) -> str:
         callbacks, commit = [CommitCheckpoints()], checkpoints.commit
         if not servers.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
             servers.env_servers, servers.env_token = settings.modal_env_servers, secrets.token_hex(16)
-            new_server = functools.partial(EnvServerSandbox, settings, token=servers.env_token)
+            new_server = functools.partial(
+                EnvServerSandbox, settings, token=servers.env_token, own_tasks=task_modules.loaded_modules()
+            )
     if settings.gpus() == 1:
         train.main(*recipe, callbacks, new_server)
     else:
@@ -169,6 +199,36 @@ def train_on_ranks(ranks: int, args: list[str], servers, training_args, new_serv
         raise RuntimeError(f"torchrun over {ranks} GPUs exited with {ranks_process.returncode}")
 
 
+def shipped_task_modules(modules: list[str]) -> dict | None:
+    """The task modules this process loaded, to ship with the call: each module's file (named relative to the folder
+    it ships in) and every file of its folder (its app), as {"modules": [...], "files": {path: bytes}}."""
+    if not modules:
+        return None
+    shipped = {"modules": [], "files": {}}
+    for module in modules:
+        path = Path(module) if module.endswith(".py") else Path(importlib.util.find_spec(module).origin)
+        folder = path.parent
+        shipped["modules"].append(f"{folder.name}/{path.name}")
+        for file in folder.rglob("*"):
+            if file.is_file() and "__pycache__" not in file.parts:
+                shipped["files"][f"{folder.name}/{file.relative_to(folder)}"] = file.read_bytes()
+    size = sum(map(len, shipped["files"].values()))
+    if size > MAX_OWN_TASKS_BYTES:
+        raise ConfigError(
+            f"task_modules: their folders hold {size / 2**20:.0f} MB, which every run would ship; keep each task "
+            f"module and its app in a folder of their own (at most {MAX_OWN_TASKS_BYTES // 2**20} MB)"
+        )
+    return shipped
+
+
+def written_task_modules(own_tasks: dict, directory: Path) -> list[str]:
+    """Writes shipped task modules' folders into `directory`; the paths of their modules there."""
+    for name, content in own_tasks["files"].items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(content)
+    return [str(directory / module) for module in own_tasks["modules"]]
+
+
 def run_name_for(config: dict) -> str:
     name = Path(config.get("output_dir", "run")).name
     return f"{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
@@ -186,6 +246,7 @@ def launch(config: str, use_peft: bool, run_name: str) -> None:
     config_yaml = Path(config).read_text()
     run_name = run_name or run_name_for(yaml.safe_load(config_yaml))
     print(f"run {run_name}: {config} on a Modal {settings.modal_gpu}, up to {settings.modal_retries} retries")
-    train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args)
+    own_tasks = shipped_task_modules(task_modules.loaded_modules())  # the config's task_modules, loaded by parsing it
+    train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args, own_tasks)
     print(f"done. Checkpoints and the final model are in the volume {CHECKPOINT_VOLUME}, directory {run_name}:")
     print(f"    modal volume get {CHECKPOINT_VOLUME} {run_name} ./{run_name}")

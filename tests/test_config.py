@@ -116,7 +116,7 @@ def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
         ("max_turns: 0\n", [], "max_turns must be positive, got 0"),
         ("settle_ms: 5000\n", [], "settle_ms must be from 0 to 2000, got 5000"),
         ("task_name: click-tset\n", [], "task_name: unknown task 'click-tset'"),
-        ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a MiniWoB task nor a preset"),
+        ("tasks: [click-button, enter-txt:2]\n", [], "tasks: 'enter-txt' is neither a task (MiniWoB's"),
         ("num_generations: 3\n", [], "generation_batch_size (16) must be divisible by num_generations (3)"),
         ("max_turns: [3\n", [], "not valid YAML: while parsing a flow sequence"),
         ("", ["--max_steps", "many"], "argument --max_steps/--max-steps: invalid int value: 'many'"),

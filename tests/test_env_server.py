@@ -133,7 +133,7 @@ def test_a_disallowed_action_is_refused_as_an_error(session):
 
 def test_task_is_chosen_per_reset_and_an_unknown_task_is_a_clear_error(session):
     assert session.reset(task_name="enter-text", seed=0).observation.url.endswith("enter-text.html")
-    with pytest.raises(RuntimeError, match="unknown MiniWoB task 'no-such-task'"):
+    with pytest.raises(RuntimeError, match="unknown task 'no-such-task'"):
         session.reset(task_name="no-such-task")
     assert session.reset(seed=0).observation.url.endswith("click-test.html")  # back to the server's default task
 

@@ -24,8 +24,10 @@ import train
 from browser_rl.command_line import parse_command_line
 from browser_rl.options import ServerArguments
 from browser_rl.servers import ServerPool, open_server_pool
+from browser_rl.tasks import known_tasks
 from browser_rl.trainer import last_complete_checkpoint
 from helpers import RESUMABLE_WITH_PHASES, ROOT, lines_of, third_party_distributions, weights
+from web_env import task_modules
 from web_env.models import TOKEN_VARIABLE
 
 
@@ -160,8 +162,9 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
             calls["options"] = options
             return self
 
-        def remote(self, config_yaml, run_name, extra_args):
+        def remote(self, config_yaml, run_name, extra_args, own_tasks):
             calls["remote"] = (config_yaml, run_name, extra_args)
+            calls["own_tasks"] = own_tasks
             return run_name
 
     monkeypatch.chdir(ROOT)
@@ -171,7 +174,7 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
     config_yaml, run_name, extra_args = calls["remote"]
     assert config_yaml == (ROOT / "config.yaml").read_text()
     assert re.fullmatch(r"lfm2-350m-click-test-\d{8}-\d{6}", run_name)
-    assert extra_args == ["--use_peft"]
+    assert extra_args == ["--use_peft"] and calls["own_tasks"] is None  # config.yaml names no task module
     assert calls["options"]["gpu"] == "L4" and calls["options"]["retries"].max_retries == 3
     assert f"modal volume get browser-rl-checkpoints {run_name} ./{run_name}" in capsys.readouterr().out
 
@@ -352,3 +355,56 @@ def test_a_failed_torchrun_fails_the_attempt_so_that_modal_retries_it(monkeypatc
     monkeypatch.setattr(modal_app.subprocess, "Popen", RecordingLaunch(waits=0, returncode=1))
     with pytest.raises(RuntimeError, match="torchrun over 2 GPUs exited with 1"):
         modal_app.train_remote.local((ROOT / "config.yaml").read_text() + "modal_gpu: A100:2\n", "run-e", [])
+
+
+def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_its_image(
+    monkeypatch, tmp_path, health_checks
+):
+    # modal run, from the folder that holds coffee/, with a config naming its module.
+    monkeypatch.setattr(task_modules, "_loaded", {})  # this process's task modules: the run's alone
+    monkeypatch.chdir(ROOT / "tests" / "own_tasks")
+    config = tmp_path / "coffee.yaml"
+    config.write_text((ROOT / "config.yaml").read_text() + "task_modules: [coffee/coffee_task.py]\n")
+    calls = {}
+
+    class RecordingFunction:
+        def with_options(self, **options):
+            return self
+
+        def remote(self, config_yaml, run_name, extra_args, own_tasks):
+            calls.update(config_yaml=config_yaml, own_tasks=own_tasks)
+
+    train_remote = modal_app.train_remote
+    monkeypatch.setattr(modal_app, "train_remote", RecordingFunction())
+    modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="run-o")
+    own_tasks = calls["own_tasks"]
+    assert own_tasks["modules"] == ["coffee/coffee_task.py"]
+    assert sorted(own_tasks["files"]) == ["coffee/app/index.html", "coffee/app/thanks.html", "coffee/coffee_task.py"]
+
+    # The GPU's container, elsewhere: the module is trained on from the run's directory, and served by the sandboxes.
+    monkeypatch.setattr(task_modules, "_loaded", {})
+    monkeypatch.chdir(tmp_path)
+    sdk, trained = FakeModalSDK(), {}
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)
+    monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: None))
+    stand_in_for_modals_sdk(monkeypatch, sdk)
+
+    def main(tasks, episodes, servers, phases, training_args, model_args, callbacks, new_server):
+        with ExitStack() as stack:
+            open_server_pool(stack, servers, training_args.generation_batch_size, new_server)
+            trained["tasks"] = known_tasks()
+
+    monkeypatch.setattr(train, "main", main)
+    train_remote.local(calls["config_yaml"], "run-o", [], own_tasks)
+    written = tmp_path / "run-o" / "own_tasks" / "coffee"
+    assert (written / "app" / "index.html").read_bytes() == (
+        ROOT / "tests/own_tasks/coffee/app/index.html"
+    ).read_bytes()
+    assert "order-coffee" in trained["tasks"]
+    served = "--task_modules /src/web_env/own_tasks/coffee/coffee_task.py"
+    assert sdk.commands and all(served in command for _, command in sdk.commands if "web_env.server" in command)
+    for sandbox in sdk.sandboxes:
+        _, dockerfile, context = sandbox["image"]
+        assert (Path(context) / "own_tasks" / "coffee" / "app" / "thanks.html").is_file()
+        assert Path(dockerfile).read_text() == (ROOT / "web_env/server/Dockerfile").read_text()

@@ -61,8 +61,8 @@ def test_a_hostile_action_is_an_error_observation_and_the_session_stays_usable(s
 @pytest.mark.parametrize(
     "options, error",
     [
-        ({"task_name": "no-such-task"}, "unknown MiniWoB task 'no-such-task'"),
-        ({"task_name": "../../etc/passwd"}, "unknown MiniWoB task"),
+        ({"task_name": "no-such-task"}, "unknown task 'no-such-task'"),
+        ({"task_name": "../../etc/passwd"}, "unknown task '../../etc/passwd'"),
         ({"seed": -1}, "seed must be an integer from 0 to 4294967295, got -1"),
         ({"seed": 2**64}, "seed must be an integer from 0 to 4294967295"),
         ({"seed": "7"}, "seed must be an integer"),

@@ -53,7 +53,7 @@ def task_maker(task: str):
 
 
 def _import_registering(module: str) -> tuple[str, ...]:
-    before = set(gym.envs.registry)
+    before = dict(gym.envs.registry)
     try:
         _import(module)
     except ModuleNotFoundError as error:
@@ -62,7 +62,9 @@ def _import_registering(module: str) -> tuple[str, ...]:
         raise ValueError(
             f"task module {module!r} not found: name a module importable from {os.getcwd()} or a .py file's path"
         ) from None
-    registered = sorted(key.removeprefix(REGISTRY_PREFIX) for key in set(gym.envs.registry) - before)
+    # New ids, and ids registered anew (a module loaded again from another path)
+    changed = [key for key, spec in gym.envs.registry.items() if before.get(key) is not spec]
+    registered = sorted(key.removeprefix(REGISTRY_PREFIX) for key in changed)
     tasks = tuple(key for key in registered if not key.startswith("miniwob."))
     if not tasks:
         raise ValueError(f"task module {module!r} registered no task (browsergym.core.registration.register_task)")
