@@ -28,7 +28,7 @@ from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prun
 from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.server import browser_setup
-from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
 
 KINDS = ("python", "node driver", "browser", "renderer", "other chromium")
 TREE_ONLY = ["goal", "axtree_txt", "error"]  # what the recipe's prompt reads
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--times", type=int, default=40)
     args = parser.parse_args()
     browser_setup.prepare()
-    env = MiniWoBEnvironment(BrowserPool(1))
+    env = BrowserTaskEnvironment(BrowserPool(1))
     seeds = iter(range(1, 1_000_000))
 
     def reset(reload_every: int, fields: list[str]):

@@ -38,7 +38,7 @@ from pathlib import Path
 from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
-from web_env.server.environment import TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from web_env.server.environment import TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
 
 FIELDS = ["goal", "axtree_txt", "error"]
 RESTARTED = "restarted in the page"
@@ -87,7 +87,7 @@ def browsers(count: int = 2) -> BrowserPool:
 @contextlib.contextmanager
 def new_session(pool: BrowserPool, **options):
     """A session (its own browser context) for the length of a `with` block."""
-    session = MiniWoBEnvironment(pool, **options)
+    session = BrowserTaskEnvironment(pool, **options)
     try:
         yield session
     finally:
@@ -139,11 +139,11 @@ def disruptive_actions(rng: random.Random):
         page = yield kinds[n % len(kinds)]
 
 
-def step(session: MiniWoBEnvironment, action: str):
+def step(session: BrowserTaskEnvironment, action: str):
     return session.step(BrowserGymAction(action_str=action))
 
 
-def age(session: MiniWoBEnvironment, task: str, episodes: int, actions: int) -> Counter:
+def age(session: BrowserTaskEnvironment, task: str, episodes: int, actions: int) -> Counter:
     """Plays `episodes` episodes of random disruptive actions in the session's page: how many resets restarted in
     the page, and for the others why they loaded it afresh."""
     disruptive = disruptive_actions(random.Random(task))
@@ -159,7 +159,7 @@ def age(session: MiniWoBEnvironment, task: str, episodes: int, actions: int) -> 
     return outcomes
 
 
-def leave(session: MiniWoBEnvironment, task: str, seed: int, state: str) -> None:
+def leave(session: BrowserTaskEnvironment, task: str, seed: int, state: str) -> None:
     """An episode of `task` left in `state`: untouched, half done (one action), timed out (MiniWoB's own end of a
     timed-out episode), played out, or roughed up (a scroll, a long fill of the first text box, and a Tab from the
     first element, which leaves the document without the focus where nothing after it takes one)."""
@@ -176,11 +176,11 @@ def leave(session: MiniWoBEnvironment, task: str, seed: int, state: str) -> None
         step(session, action)
 
 
-def page_state(session: MiniWoBEnvironment) -> dict:
+def page_state(session: BrowserTaskEnvironment) -> dict:
     return session._worker.call(session._page.evaluate, PAGE_STATE)
 
 
-def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
+def play(session: BrowserTaskEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
     """The reset's metadata (restarted_in_page, loaded_because), and the episode: goal, tree and page state, then
     each action's outcome and the page state after it.
 
@@ -204,7 +204,7 @@ def play(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tupl
     return observation.metadata, trace
 
 
-def animations(session: MiniWoBEnvironment, on: bool) -> None:
+def animations(session: BrowserTaskEnvironment, on: bool) -> None:
     session._worker.call(
         session._page.evaluate, f"() => {{ if (window.jQuery) jQuery.fx.off = {str(not on).lower()}; }}"
     )
@@ -226,7 +226,7 @@ def first_difference(episode: list, reference: list) -> str:
     return f"{len(episode)} turns against {len(reference)}"
 
 
-def play_compared(session: MiniWoBEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
+def play_compared(session: BrowserTaskEnvironment, task: str, seed: int, right: bool) -> tuple[dict, list]:
     """`play`, with the episode cut to what a comparison can hold equal: for a page that changes by itself
     (TIME_DEPENDENT), its goal alone."""
     metadata, trace = play(session, task, seed, right)
@@ -234,7 +234,7 @@ def play_compared(session: MiniWoBEnvironment, task: str, seed: int, right: bool
 
 
 def restarted_and_loaded(
-    restarting: MiniWoBEnvironment, loading: MiniWoBEnvironment, task: str, seed: int, before: str, right: bool
+    restarting: BrowserTaskEnvironment, loading: BrowserTaskEnvironment, task: str, seed: int, before: str, right: bool
 ) -> tuple[dict, list, list]:
     """Leaves an episode of `task` in state `before` in the restarting session, then plays `seed` there and in the
     loading session: the restarting reset's metadata, and the two episodes."""
@@ -243,7 +243,7 @@ def restarted_and_loaded(
     return metadata, episode, play_compared(loading, task, seed, right)[1]
 
 
-def compare(aged: MiniWoBEnvironment, fresh: MiniWoBEnvironment, task: str, seeds: int) -> dict:
+def compare(aged: BrowserTaskEnvironment, fresh: BrowserTaskEnvironment, task: str, seeds: int) -> dict:
     """Each compared restart that differs from a fresh load while a second fresh load agrees with the first, as
     `state seed (restarted or loaded): where`; the comparisons whose two fresh loads differ (the page's timing, not
     the restart: the comparison shows nothing there); and how many compared resets restarted in the page."""

@@ -18,7 +18,7 @@ from bench import restarts
 from browser_rl.tasks import PRESETS
 from helpers import wait_for
 from web_env.server import environment
-from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES, BrowserPool, MiniWoBEnvironment
+from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
@@ -249,11 +249,11 @@ def browser_contexts(pool: BrowserPool) -> int:
 
 def test_a_new_session_plays_in_the_page_a_closed_session_left_the_episode_a_fresh_load_gives(pool, loading):
     keeping = BrowserPool(1, max_sessions=1)
-    closed = MiniWoBEnvironment(keeping)
+    closed = BrowserTaskEnvironment(keeping)
     assert reset(closed, "click-test", 1)["loaded_because"] == "the session has no page yet"
     left = closed._page
     closed.close()
-    new = MiniWoBEnvironment(keeping)
+    new = BrowserTaskEnvironment(keeping)
     metadata, episode = restarts.play(new, "click-test", 3, right=True)
     _, reference = restarts.play(loading, "click-test", 3, right=True)
     assert new._page is left and metadata["restarted_in_page"] and metadata["page_of_a_closed_session"]
@@ -264,7 +264,7 @@ def test_a_new_session_plays_in_the_page_a_closed_session_left_the_episode_a_fre
 
 def test_closed_sessions_pages_are_kept_while_the_browser_holds_no_more_than_its_share_of_sessions(pool):
     keeping = BrowserPool(1, max_sessions=1)
-    first, second = MiniWoBEnvironment(keeping), MiniWoBEnvironment(keeping)
+    first, second = BrowserTaskEnvironment(keeping), BrowserTaskEnvironment(keeping)
     reset(first, "click-test", 1)
     reset(second, "click-test", 2)
     first.close()
@@ -273,7 +273,7 @@ def test_closed_sessions_pages_are_kept_while_the_browser_holds_no_more_than_its
     assert browser_contexts(keeping) == 1  # second's page, kept
 
     keeping = BrowserPool(1, max_sessions=4)
-    sessions = [MiniWoBEnvironment(keeping) for _ in range(4)]
+    sessions = [BrowserTaskEnvironment(keeping) for _ in range(4)]
     for seed, session in enumerate(sessions):
         reset(session, "click-test", seed)
     # All four close at once, as a run's sessions do at its end: their closes queue on the browser's thread, busy
@@ -289,7 +289,7 @@ def test_closed_sessions_pages_are_kept_while_the_browser_holds_no_more_than_its
     for thread in closing:
         thread.join()
     assert browser_contexts(keeping) == 4
-    sessions = [MiniWoBEnvironment(keeping) for _ in range(4)]
+    sessions = [BrowserTaskEnvironment(keeping) for _ in range(4)]
     assert all(
         reset(session, "click-test", 10 + seed)["page_of_a_closed_session"] for seed, session in enumerate(sessions)
     )
@@ -298,7 +298,7 @@ def test_closed_sessions_pages_are_kept_while_the_browser_holds_no_more_than_its
 
 def test_a_page_a_closed_session_left_is_closed_after_keep_s(pool):  # pool: the task pages and Chromium set up
     keeping = BrowserPool(1, max_sessions=1, keep_s=1.0)
-    session = MiniWoBEnvironment(keeping)
+    session = BrowserTaskEnvironment(keeping)
     reset(session, "click-test", 1)
     closed_at = time.monotonic()
     session.close()

@@ -25,7 +25,7 @@ from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 from web_env.server.check_tasks import OtherOrigin, reach_out
-from web_env.server.environment import BrowserPool, MiniWoBEnvironment, TaskError
+from web_env.server.environment import BrowserPool, BrowserTaskEnvironment, TaskError
 
 OWN_TASKS = ROOT / "tests" / "own_tasks"
 COFFEE = OWN_TASKS / "coffee" / "coffee_task.py"
@@ -50,8 +50,8 @@ def coffee_env():
     pool = BrowserPool(1)
     sessions = []
 
-    def session() -> MiniWoBEnvironment:
-        sessions.append(MiniWoBEnvironment(pool))
+    def session() -> BrowserTaskEnvironment:
+        sessions.append(BrowserTaskEnvironment(pool))
         return sessions[-1]
 
     yield session

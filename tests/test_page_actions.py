@@ -13,7 +13,7 @@ from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup, page_actions
-from web_env.server.environment import BrowserPool, BrowserWorker, MiniWoBEnvironment
+from web_env.server.environment import BrowserPool, BrowserTaskEnvironment, BrowserWorker
 from web_env.server.page_actions import run_action
 
 PAGE = (Path(__file__).parent / "pages" / "actions.html").resolve().as_uri()
@@ -189,7 +189,7 @@ def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monk
 def test_the_environment_takes_the_short_path_unless_told_to_run_browsergym_code(monkeypatch, browsergym_actions):
     the_other_path = "acted_in_few_round_trips" if browsergym_actions else "execute_python_code"
     monkeypatch.setattr(page_actions, the_other_path, refuse)
-    session = MiniWoBEnvironment(BrowserPool(1), browsergym_actions=browsergym_actions)
+    session = BrowserTaskEnvironment(BrowserPool(1), browsergym_actions=browsergym_actions)
     try:
         observation = session.reset(task_name="click-test", seed=3)
         (click,) = plan("click-test", observation.goal, observation.axtree_txt).right

@@ -1,6 +1,7 @@
-"""Serves MiniWoB++ tasks from BrowserGym as an OpenEnv environment (FastAPI + WebSocket).
+"""Serves BrowserGym's tasks (MiniWoB++'s, and your own) as an OpenEnv environment (FastAPI + WebSocket).
 
     python -m web_env.server --port 8000        # loopback only; GET /health answers when ready
+    python -m web_env.server --task_modules coffee/coffee_task.py     # your tasks beside MiniWoB's
 
 Wire-compatible with OpenEnv's public BrowserGym environment: the action is {"action_str": "click('13')"},
 and observations carry goal, axtree_txt, pruned_html, text, url, error, last_action_error, reward, done.
@@ -29,7 +30,7 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from web_env import task_modules
 from web_env.models import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 from web_env.server import browser_setup
-from web_env.server.environment import RELOAD_EVERY, BrowserPool, MiniWoBEnvironment, known_task
+from web_env.server.environment import RELOAD_EVERY, BrowserPool, BrowserTaskEnvironment, known_task
 
 log = logging.getLogger("env_server")
 
@@ -79,11 +80,11 @@ class RequireToken:
 
 
 def build_app(args: argparse.Namespace, token: str | None):
-    """The OpenEnv app of the command line's settings: sessions of MiniWoBEnvironment on a pool of browsers, and
+    """The OpenEnv app of the command line's settings: sessions of BrowserTaskEnvironment on a pool of browsers, and
     GET /cpu."""
     pool = BrowserPool(args.browsers, args.max_sessions, keep_s=args.idle_timeout_s)
     environment = functools.partial(
-        MiniWoBEnvironment,
+        BrowserTaskEnvironment,
         pool=pool,
         default_task=args.task,
         screenshots=args.screenshots,

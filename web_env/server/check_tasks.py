@@ -29,7 +29,7 @@ from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 from web_env.server.app import process_tree_cpu_s
-from web_env.server.environment import BrowserPool, MiniWoBEnvironment
+from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
 
 ELEMENT = re.compile(r"\[(\d+)\] (\w+)")
 RANDOM_KEYS = ["Enter", "Tab", "Escape", "ArrowDown", "Backspace"]
@@ -113,12 +113,12 @@ def random_action(observation, rng: random.Random) -> str:
 
 
 def check_task(task: str, seeds: list[int], random_actions: int, pool: BrowserPool, report: Report) -> None:
-    first, second = MiniWoBEnvironment(pool), MiniWoBEnvironment(pool)
+    first, second = BrowserTaskEnvironment(pool), BrowserTaskEnvironment(pool)
     other_origin = OtherOrigin()
     try:
         reference, reset_s, reset_cpu = {}, [], []
         for seed in seeds:  # each seed in a fresh session: the reference instance
-            fresh = MiniWoBEnvironment(pool)
+            fresh = BrowserTaskEnvironment(pool)
             try:
                 started, cpu = time.perf_counter(), process_tree_cpu_s()
                 reference[seed] = instance(fresh.reset(seed=seed, task_name=task))

@@ -1,8 +1,9 @@
-"""The MiniWoB++ environment behind the server (app.py): BrowserGym's tasks on a few long-lived browsers, one browser
-context per session, episodes restarted in the page the task already loaded, as an OpenEnv `Environment`.
+"""The environment behind the server (app.py): BrowserGym's tasks (MiniWoB++'s, and those of your task modules) on a
+few long-lived browsers without network, one browser context per session, MiniWoB's episodes restarted in the page the
+task already loaded, as an OpenEnv `Environment`.
 
 The task, its goal, the actions, their execution, the observation and the reward are BrowserGym's own; what this
-module changes is the browsers' lifecycle (see MiniWoBEnvironment) and what an observation costs. Hosting it (the
+module changes is the browsers' lifecycle (see BrowserTaskEnvironment) and what an observation costs. Hosting it (the
 app, the token, the process) is app.py's job.
 """
 
@@ -262,7 +263,7 @@ EPISODE_TRACKER = page_script("episode_tracker.js")
 RESTART = page_script("restart.js")
 
 
-class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
+class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
     """One session: a browser context, and a page that holds the task of the last reset.
 
     Stock BrowserGym launches two browsers at every reset (the page's and a chat window's), loads the task's page
@@ -283,6 +284,10 @@ class MiniWoBEnvironment(Environment[BrowserGymAction, BrowserGymObservation, Br
     (all by default). The task, its goal, the actions, their execution, the observation and the reward are
     BrowserGym's own; the common actions run in fewer round trips with the same outcome (page_actions.py), or with
     BrowserGym's code alone where `browsergym_actions` is set.
+
+    A task of a task module (web_env.task_modules) is loaded afresh at every reset, in the same page emptied of all
+    its origin stored; its actions always run with BrowserGym's own code, and a setup or validate that raises is a
+    TaskError, never a reward (docs/your_own_task.md).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True
