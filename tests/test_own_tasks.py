@@ -4,10 +4,12 @@ origin, checked by the task checker, trained on and evaluated by naming its modu
 (docs/your_own_task.md) is this very code."""
 
 import json
+import random
 import re
 import shlex
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
@@ -22,9 +24,10 @@ from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import ROOT, train_here
 from web_env import task_modules
+from web_env.actions import action_code
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
-from web_env.server.check_tasks import OtherOrigin, reach_out
+from web_env.server.check_tasks import OtherOrigin, random_action, reach_out
 from web_env.server.environment import BrowserPool, BrowserTaskEnvironment, TaskError
 
 OWN_TASKS = ROOT / "tests" / "own_tasks"
@@ -156,6 +159,15 @@ def test_a_task_page_reaches_no_other_origin(coffee_env):
     finally:
         other.close()
     assert other.hits == []
+
+
+def test_the_checkers_random_actions_are_all_ones_a_policy_may_take():
+    page = SimpleNamespace(axtree_txt="[12] button 'Place order'\n[13] textbox 'Name on the cup'")
+    rng = random.Random(0)
+    written = [random_action(page, rng) for _ in range(300)]
+    for action in written:
+        action_code(action)  # raises for an action the allowlist refuses
+    assert len({action.split("(")[0] for action in written}) == 10
 
 
 @pytest.mark.slow

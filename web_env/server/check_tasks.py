@@ -94,20 +94,24 @@ def reach_out(url: str):
 
 
 def random_action(observation, rng: random.Random) -> str:
+    """One of the allowlist's actions (web_env.actions) on an element of the page, as a policy could write it."""
     elements = ELEMENT.findall(observation.axtree_txt)
     if not elements:
-        return f"keyboard_press('{rng.choice(RANDOM_KEYS)}')"
+        return "scroll(0, 200)"
     bid, _role = rng.choice(elements)
+    other, _ = rng.choice(elements)
     return rng.choice(
         [
             f"click('{bid}')",
             f"dblclick('{bid}')",
             f"hover('{bid}')",
+            f"focus('{bid}')",
             f"fill('{bid}', 'x{rng.randint(0, 99)}')",
+            f"clear('{bid}')",
             f"press('{bid}', '{rng.choice(RANDOM_KEYS)}')",
-            f"keyboard_press('{rng.choice(RANDOM_KEYS)}')",
+            f"select_option('{bid}', 'x')",
+            f"drag_and_drop('{bid}', '{other}')",
             "scroll(0, 200)",
-            "go_back()",
         ]
     )
 
