@@ -17,7 +17,7 @@ from openenv.core.generic_client import GenericEnvClient
 import evaluate as evaluate_py
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.errors import EnvironmentFailure
+from browser_rl.errors import EnvironmentFailure, EnvironmentUnavailable
 from browser_rl.evaluation import evaluate
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
@@ -39,8 +39,9 @@ FILE_BLOCK = re.compile(r'```\w+ title="([^"]+)"\n(.*?)```', re.S)
 
 @pytest.fixture(scope="module")
 def coffee_server():
-    """A server with the coffee module, started as a training run starts it: by a process that loaded the module."""
-    task_modules.load([str(COFFEE)])
+    """A server with the coffee module and its broken variants, started as a training run starts it: by a process that
+    loaded the modules."""
+    task_modules.load([str(COFFEE), str(FAULTY)])
     with LocalEnvServer(max_sessions=4, server_args=["--browsers", "1"]) as server:
         yield server
 
@@ -124,6 +125,19 @@ def test_a_server_without_the_module_refuses_its_task_naming_the_task_and_the_se
     assert "none: it was started without --task_modules" in message
 
 
+def test_a_setup_that_raises_is_replayed_and_never_scored_and_the_run_says_which_task_and_seed(
+    coffee_server, tokenizer
+):
+    runner = EpisodeRunner(ServerPool([coffee_server.url]), tokenizer, EpisodeSettings(max_turns=1))
+    try:
+        with pytest.raises(EnvironmentUnavailable, match="failed 2x in a row") as unavailable:
+            runner.run_until_played([("coffee-setup-raises", 3)], policy=None, max_context_tokens=None, max_failures=1)
+    finally:
+        runner.close()
+    message = str(unavailable.value)
+    assert "task 'coffee-setup-raises' (seed 3): setup raised FileNotFoundError: app/menu.json" in message
+
+
 def test_a_setup_or_validate_that_raises_is_an_error_naming_the_task_and_seed_not_a_reward(coffee_env):
     env = coffee_env()
     observation = env.reset(task_name="coffee-validate-raises", seed=7)
@@ -194,12 +208,14 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
     failing = {line.split()[1].rstrip(":") for line in failures}
     assert failing == {
         "coffee-ignores-seed",
+        "coffee-setup-raises",
         "coffee-validate-raises",
         "coffee-pays-any-order",
         "coffee-shares-its-backend",
     }, checked.stdout
     text = "\n".join(failures)
     assert "FAIL coffee-ignores-seed: 3 seeds gave 1 distinct instance(s)" in text
+    assert "FAIL coffee-setup-raises: TaskError: task 'coffee-setup-raises' (seed 0): setup raised" in text
     assert "FAIL coffee-validate-raises: TaskError: task 'coffee-validate-raises' (seed 0): validate raised" in text
     assert "FAIL coffee-pays-any-order seed 0: wrong ending order_the_wrong_size: reward 1.0" in text
     assert "FAIL coffee-shares-its-backend seed 0: a session paid for what another session did" in text

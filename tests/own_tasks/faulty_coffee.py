@@ -17,6 +17,11 @@ class IgnoresSeed(OrderCoffee):
         super().__init__(seed=0)
 
 
+class SetupRaises(OrderCoffee):
+    def setup(self, page):
+        raise FileNotFoundError("app/menu.json")
+
+
 class ValidateRaises(OrderCoffee):
     def validate(self, page, chat_messages):
         if self.shop.orders:
@@ -55,6 +60,7 @@ class RemembersInTheBrowser(OrderCoffee):
 
 for name, task in {
     "coffee-ignores-seed": IgnoresSeed,
+    "coffee-setup-raises": SetupRaises,
     "coffee-validate-raises": ValidateRaises,
     "coffee-pays-any-order": PaysAnyOrder,
     "coffee-shares-its-backend": SharesItsBackend,
