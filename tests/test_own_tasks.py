@@ -148,6 +148,15 @@ def test_a_setup_or_validate_that_raises_is_an_error_naming_the_task_and_seed_no
         env.step(BrowserGymAction(action_str=order_actions(observation.axtree_txt, order)[-1]))
 
 
+def test_a_backend_that_raises_answers_500_which_the_page_shows(coffee_env):
+    env = coffee_env()
+    observation = env.reset(task_name="coffee-backend-raises", seed=1)
+    for action in order_actions(observation.axtree_txt, asked_order(observation.goal)):
+        observation = env.step(BrowserGymAction(action_str=action))
+    assert (observation.error, observation.reward, observation.done) == ("", 0.0, False)
+    assert "the app's backend raised ZeroDivisionError: division by zero" in observation.axtree_txt
+
+
 def test_concurrent_sessions_and_consecutive_episodes_share_nothing(coffee_env):
     first, second = coffee_env(), coffee_env()
     fresh = second.reset(task_name="coffee-remembers-in-the-browser", seed=2)
@@ -209,12 +218,14 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
     assert failing == {
         "coffee-ignores-seed",
         "coffee-setup-raises",
+        "coffee-backend-raises",
         "coffee-validate-raises",
         "coffee-pays-any-order",
         "coffee-shares-its-backend",
     }, checked.stdout
     text = "\n".join(failures)
     assert "FAIL coffee-ignores-seed: 3 seeds gave 1 distinct instance(s)" in text
+    assert "FAIL coffee-backend-raises seed 0: cheat did not solve it: reward 0.0, done False" in text
     assert "FAIL coffee-setup-raises: TaskError: task 'coffee-setup-raises' (seed 0): setup raised" in text
     assert "FAIL coffee-validate-raises: TaskError: task 'coffee-validate-raises' (seed 0): validate raised" in text
     assert "FAIL coffee-pays-any-order seed 0: wrong ending order_the_wrong_size: reward 1.0" in text
@@ -225,16 +236,17 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
 
 def tutorial_command(script: str) -> list[str]:
     """The arguments of the tutorial's CPU command for `script` (train.py, evaluate.py), less the model and the
-    output directory, which a test gives its own."""
+    output directory, which the test gives its own."""
     (line,) = [line for line in TUTORIAL.read_text().splitlines() if line.startswith(f"python {script} ")]
     words = shlex.split(line)[2:]
     pairs = [words[i : i + 2] for i in range(0, len(words), 2)]
-    return [word for pair in pairs if pair[0] not in ("--model_name_or_path", "--output_dir") for word in pair]
+    given_here = ("--model_name_or_path", "--model", "--output_dir")
+    return [word for pair in pairs if pair[0] not in given_here for word in pair]
 
 
 @pytest.mark.slow
 def test_the_tutorials_commands_train_on_the_task_and_evaluate_it(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.chdir(OWN_TASKS)  # the tutorial's folder: its commands name coffee/coffee_task.py from there
+    monkeypatch.chdir(OWN_TASKS)  # where coffee/ is, as in the reader's folder: the commands name coffee/coffee_task.py
     train_args = tutorial_command("train.py")
     assert train_args[:6] == [
         "--config",

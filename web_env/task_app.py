@@ -14,11 +14,14 @@ a page of a task reaches (docs/your_own_task.md).
 """
 
 import io
+import logging
 import mimetypes
 import re
 import sys
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
+
+log = logging.getLogger("task_app")
 
 MAX_REDIRECTS = 5
 NOT_FOUND = {"status": 404, "body": b"not found", "headers": {"content-type": "text/plain"}}
@@ -59,9 +62,7 @@ def answer(route, root: Path, backend) -> None:
     request = route.request
     method, url, body, headers = request.method, urlsplit(request.url), request.post_data_buffer or b"", request.headers
     for _ in range(MAX_REDIRECTS + 1):
-        response = file_answer(root, unquote(url.path)) or (
-            call_wsgi(backend, method, url, body, headers) if backend is not None else NOT_FOUND
-        )
+        response = file_answer(root, unquote(url.path)) or backend_answer(backend, method, url, body, headers)
         location = response["headers"].get("location")
         if not (300 <= response["status"] < 400 and location):
             break
@@ -78,6 +79,19 @@ def file_answer(root: Path, path: str) -> dict | None:
         return None
     content_type = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
     return {"status": 200, "body": file.read_bytes(), "headers": {"content-type": content_type}}
+
+
+def backend_answer(backend, method: str, url, body: bytes, headers: dict) -> dict:
+    """The backend's answer; 404 without one, and 500 where it raised, as a server answers when its app fails (left
+    unanswered, the request would hold the page until the action's timeout)."""
+    if backend is None:
+        return NOT_FOUND
+    try:
+        return call_wsgi(backend, method, url, body, headers)
+    except Exception as error:
+        log.exception("the app's backend raised on %s %s", method, url.path)
+        text = f"the app's backend raised {type(error).__name__}: {error}".encode()
+        return {"status": 500, "body": text, "headers": {"content-type": "text/plain"}}
 
 
 def call_wsgi(backend, method: str, url, body: bytes, headers: dict) -> dict:

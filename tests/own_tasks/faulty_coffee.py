@@ -34,6 +34,18 @@ class PaysAnyOrder(OrderCoffee):
         return float(bool(self.shop.orders)), bool(self.shop.orders), "", {}
 
 
+class BrokenShop(CoffeeShop):
+    def __call__(self, environ, start_response):
+        raise ZeroDivisionError("division by zero")
+
+
+class BackendRaises(OrderCoffee):
+    def setup(self, page):
+        goal, info = super().setup(page)
+        serve_app(page, Path(sys.modules[OrderCoffee.__module__].__file__).parent / "app", BrokenShop())
+        return goal, info
+
+
 SHARED = CoffeeShop()  # one backend for every session and episode: what a shared database does
 
 
@@ -61,6 +73,7 @@ class RemembersInTheBrowser(OrderCoffee):
 for name, task in {
     "coffee-ignores-seed": IgnoresSeed,
     "coffee-setup-raises": SetupRaises,
+    "coffee-backend-raises": BackendRaises,
     "coffee-validate-raises": ValidateRaises,
     "coffee-pays-any-order": PaysAnyOrder,
     "coffee-shares-its-backend": SharesItsBackend,
