@@ -171,6 +171,17 @@ def test_concurrent_sessions_and_consecutive_episodes_share_nothing(coffee_env):
     assert second.act_with(lambda task, page: None).reward == 0.0
 
 
+def test_an_episodes_backend_is_out_of_reach_once_the_session_plays_another_task(coffee_env):
+    env = coffee_env()
+    env.reset(task_name="order-coffee", seed=0)
+    shops = []
+    env.act_with(lambda task, page: shops.append(task.shop))
+    env.reset(task_name="click-test", seed=0)
+    post = "fetch('http://app.localhost/order', {method: 'POST', mode: 'no-cors', body: 'drink=latte'}).catch(() => 0)"
+    env.act_with(lambda task, page: page.evaluate(post) or page.wait_for_timeout(300))
+    assert shops[0].orders == []
+
+
 def test_a_task_page_reaches_no_other_origin(coffee_env):
     env = coffee_env()
     other = OtherOrigin()

@@ -489,6 +489,7 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
             origin = "{0.scheme}://{0.netloc}".format(urlsplit(self._page.url))
             self._page.goto("about:blank")  # the app's scripts stop before its data goes
             self._read.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+            self._context.unroute_all(behavior="ignoreErrors")  # and its backend: the next task serves its own
         if self._page is None or self._page.is_closed():
             self._close_context()
             self._context = self._worker.new_context(
