@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 
 import gymnasium as gym
-import psutil
 from browsergym.utils.obs import flatten_axtree_to_str
 
 from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading
 from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
+from web_env.server.app import process_tree_cpu_s
 
 COFFEE = Path(__file__).resolve().parents[1] / "tests" / "own_tasks" / "coffee" / "coffee_task.py"
 TASK = "order-coffee"
@@ -34,24 +34,20 @@ def element(axtree: str, role: str, name: str) -> str:
     return re.search(rf"\[(\d+)\] {role} '{re.escape(name)}'", axtree).group(1)
 
 
-def order_actions(goal: str, axtree: str) -> list[str]:
+def asked_order(goal: str) -> dict:
+    """The order the coffee task's goal asks for."""
     size, drink, name = re.fullmatch(r"Order a (\w+) (\w+) for (\w+)\.", goal).groups()
+    return {"drink": drink, "size": size, "name": name}
+
+
+def order_actions(axtree: str, order: dict) -> list[str]:
+    """What a person does to place `order` on the coffee page: two clicks, a fill and a click."""
     return [
-        f"click('{element(axtree, 'radio', drink)}')",
-        f"click('{element(axtree, 'radio', size)}')",
-        f"fill('{element(axtree, 'textbox', 'Name on the cup')}', '{name}')",
+        f"click('{element(axtree, 'radio', order['drink'])}')",
+        f"click('{element(axtree, 'radio', order['size'])}')",
+        f"fill('{element(axtree, 'textbox', 'Name on the cup')}', '{order['name']}')",
         f"click('{element(axtree, 'button', 'Place order')}')",
     ]
-
-
-def own_cpu_s(descendants: bool = True) -> float:
-    """CPU seconds of this process, and of its descendants (BrowserEnv's browsers) unless told not to (where the
-    server is one), as the server counts its own."""
-    total = 0.0
-    for process in [psutil.Process(), *(psutil.Process().children(recursive=True) if descendants else [])]:
-        times = process.cpu_times()
-        total += times.user + times.system + (times.children_user + times.children_system if descendants else 0)
-    return total
 
 
 async def play_on_the_server(url: str, seeds: list[int]) -> int:
@@ -59,7 +55,7 @@ async def play_on_the_server(url: str, seeds: list[int]) -> int:
     async with BrowserGymEnv(base_url=url) as env:
         for seed in seeds:
             observation = (await env.reset(task_name=TASK, seed=seed)).observation
-            for action in order_actions(observation.goal, observation.axtree_txt):
+            for action in order_actions(observation.axtree_txt, asked_order(observation.goal)):
                 result = await env.step(BrowserGymAction(action_str=action))
             solved += result.done and result.reward == 1.0
     return solved
@@ -68,10 +64,11 @@ async def play_on_the_server(url: str, seeds: list[int]) -> int:
 def server_figures(seeds: list[int]) -> dict:
     with LocalEnvServer(max_sessions=1, server_args=["--browsers", "1"]) as server:
         asyncio.run(play_on_the_server(server.url, seeds[:1]))  # the browser launched and the page made: not counted
-        before, client_before, started = cpu_reading(server.url), own_cpu_s(False), time.perf_counter()
+        # The client: this process alone (the server is its child, counted by its own GET /cpu).
+        before, client_before, started = cpu_reading(server.url), time.process_time(), time.perf_counter()
         solved = asyncio.run(play_on_the_server(server.url, seeds))
         wall = time.perf_counter() - started
-        after, client = cpu_reading(server.url), own_cpu_s(False) - client_before
+        after, client = cpu_reading(server.url), time.process_time() - client_before
     server_cpu = after[0] - before[0]
     return {"solved": solved, "cpu_s": server_cpu + client, "client_cpu_s": client, "wall_s": wall}
 
@@ -79,14 +76,14 @@ def server_figures(seeds: list[int]) -> dict:
 def browsergym_figures(seeds: list[int]) -> dict:
     env = gym.make(f"browsergym/{TASK}")
     try:
-        solved, before, started = 0, own_cpu_s(), time.perf_counter()
+        solved, before, started = 0, process_tree_cpu_s(), time.perf_counter()
         for seed in seeds:
             observation, _info = env.reset(seed=seed)
             axtree = flatten_axtree_to_str(observation["axtree_object"])
-            for action in order_actions(observation["goal"], axtree):
+            for action in order_actions(axtree, asked_order(observation["goal"])):
                 observation, reward, terminated, _truncated, _info = env.step(action)
             solved += terminated and reward == 1.0
-        return {"solved": solved, "cpu_s": own_cpu_s() - before, "wall_s": time.perf_counter() - started}
+        return {"solved": solved, "cpu_s": process_tree_cpu_s() - before, "wall_s": time.perf_counter() - started}
     finally:
         env.close()
 

@@ -15,6 +15,7 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 
 import evaluate as evaluate_py
+from bench.own_task_cost import asked_order, order_actions
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure, EnvironmentUnavailable
@@ -61,25 +62,6 @@ def coffee_env():
     yield session
     for env in sessions:
         env.close()
-
-
-def element(axtree: str, role: str, name: str) -> str:
-    return re.search(rf"\[(\d+)\] {role} '{re.escape(name)}'", axtree).group(1)
-
-
-def order_actions(axtree: str, order: dict) -> list[str]:
-    """What a person does to place `order`: the coffee page's own four actions."""
-    return [
-        f"click('{element(axtree, 'radio', order['drink'])}')",
-        f"click('{element(axtree, 'radio', order['size'])}')",
-        f"fill('{element(axtree, 'textbox', 'Name on the cup')}', '{order['name']}')",
-        f"click('{element(axtree, 'button', 'Place order')}')",
-    ]
-
-
-def asked_order(goal: str) -> dict:
-    size, drink, name = re.fullmatch(r"Order a (\w+) (\w+) for (\w+)\.", goal).groups()
-    return {"drink": drink, "size": size, "name": name}
 
 
 def test_the_tutorial_shows_the_test_task_module_file_by_file():
