@@ -25,6 +25,7 @@ from browsergym.core.observation import (
     extract_screenshot,
 )
 from browsergym.miniwob import ALL_MINIWOB_TASKS
+from browsergym.miniwob.base import AbstractMiniwobTask
 from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prune_html
 from openenv.core.env_server.interfaces import Environment
 from playwright.sync_api import Error as PlaywrightError
@@ -447,7 +448,7 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         # A task module's app navigates (a form posted, a link followed): BrowserGym's own code acts through
         # Playwright's element actions, which wait for the navigation an action starts, so that `validate` sees what
         # the app recorded; page_actions.py's shorter path serves MiniWoB's pages, which never navigate.
-        short_path = self._short_path and type(self._task) in TASK_CLASSES.values()
+        short_path = self._short_path and isinstance(self._task, AbstractMiniwobTask)
         return self._step_with(lambda: run_action(self._page, action_str, short_path))
 
     def _step_with(self, act) -> BrowserGymObservation:
@@ -528,7 +529,8 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
     def _end_session(self, worker: BrowserWorker) -> None:
         """Leaves the session's page to the next session on its browser where the browser has room (BrowserWorker),
         else closes the session's context."""
-        miniwob = type(self._task) in TASK_CLASSES.values()  # a task module's pages are not kept: its task ends here
+        # A task module's pages are not kept: its task ends here.
+        miniwob = isinstance(self._task, AbstractMiniwobTask)
         page_open = self._page is not None and not self._page.is_closed()
         if miniwob and page_open and self._episodes_in_context < CONTEXT_EPISODES:
             kept = SessionPage(
