@@ -154,21 +154,26 @@ def test_a_killed_run_started_again_resumes_from_its_last_checkpoint(half_right_
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
 
 
+class RecordingFunction:
+    """Stands in for Modal's cloud call, which needs an account: records its options and its arguments."""
+
+    def __init__(self):
+        self.calls = {}
+
+    def with_options(self, **options):
+        self.calls["options"] = options
+        return self
+
+    def remote(self, config_yaml, run_name, extra_args, own_tasks):
+        self.calls.update(remote=(config_yaml, run_name, extra_args), own_tasks=own_tasks)
+        return run_name
+
+
 def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_result_is(monkeypatch, capsys):
-    calls = {}
-
-    class RecordingFunction:  # stands in for Modal's cloud call, which needs an account
-        def with_options(self, **options):
-            calls["options"] = options
-            return self
-
-        def remote(self, config_yaml, run_name, extra_args, own_tasks):
-            calls["remote"] = (config_yaml, run_name, extra_args)
-            calls["own_tasks"] = own_tasks
-            return run_name
-
+    cloud = RecordingFunction()
+    calls = cloud.calls
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(modal_app, "train_remote", RecordingFunction())
+    monkeypatch.setattr(modal_app, "train_remote", cloud)
     modal_app.main.info.raw_f(config="config.yaml", use_peft=True, run_name="")
 
     config_yaml, run_name, extra_args = calls["remote"]
@@ -365,19 +370,11 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
     monkeypatch.chdir(ROOT / "tests" / "own_tasks")
     config = tmp_path / "coffee.yaml"
     config.write_text((ROOT / "config.yaml").read_text() + "task_modules: [coffee/coffee_task.py]\n")
-    calls = {}
-
-    class RecordingFunction:
-        def with_options(self, **options):
-            return self
-
-        def remote(self, config_yaml, run_name, extra_args, own_tasks):
-            calls.update(config_yaml=config_yaml, own_tasks=own_tasks)
-
+    cloud = RecordingFunction()
     train_remote = modal_app.train_remote
-    monkeypatch.setattr(modal_app, "train_remote", RecordingFunction())
+    monkeypatch.setattr(modal_app, "train_remote", cloud)
     modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="run-o")
-    own_tasks = calls["own_tasks"]
+    config_yaml, own_tasks = cloud.calls["remote"][0], cloud.calls["own_tasks"]
     assert own_tasks["modules"] == ["coffee/coffee_task.py"]
     assert sorted(own_tasks["files"]) == ["coffee/app/index.html", "coffee/app/thanks.html", "coffee/coffee_task.py"]
 
@@ -396,7 +393,7 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
             trained["tasks"] = known_tasks()
 
     monkeypatch.setattr(train, "main", main)
-    train_remote.local(calls["config_yaml"], "run-o", [], own_tasks)
+    train_remote.local(config_yaml, "run-o", [], own_tasks)
     written = tmp_path / "run-o" / "own_tasks" / "coffee"
     assert (written / "app" / "index.html").read_bytes() == (
         ROOT / "tests/own_tasks/coffee/app/index.html"
