@@ -110,21 +110,11 @@ class EnvServerSandbox:
         self.url: str | None = None
 
     def start(self) -> None:
-        context = self.build_context()
+        context = image_context(tuple(self.own_tasks))
         dockerfile = context / "server" / "Dockerfile"
         image = ModalProvider.image_from_dockerfile(str(dockerfile), context_dir=str(context))
         self.url = self.provider.start_container(image)
         self.provider.wait_for_ready(self.url, timeout_s=SANDBOX_START_TIMEOUT_S)
-
-    def build_context(self) -> Path:
-        """The image's build context: the environment package, with the task modules' folders in it if any."""
-        if not self.own_tasks:
-            return ENVIRONMENT_PACKAGE
-        context = Path(tempfile.mkdtemp(prefix="env-image-")) / ENVIRONMENT_PACKAGE.name
-        shutil.copytree(ENVIRONMENT_PACKAGE, context, ignore=shutil.ignore_patterns("__pycache__"))
-        for module in self.own_tasks:
-            shutil.copytree(module.parent, context / OWN_TASKS / module.parent.name, dirs_exist_ok=True)
-        return context
 
     def restart(self) -> None:
         self.provider.stop_container()
@@ -132,6 +122,18 @@ class EnvServerSandbox:
 
     def stop(self) -> None:
         self.provider.stop_container()
+
+
+@functools.cache  # one copy for all of a run's sandboxes and their restarts
+def image_context(own_tasks: tuple[Path, ...]) -> Path:
+    """A sandbox image's build context: the environment package, with the task modules' folders in it if any."""
+    if not own_tasks:
+        return ENVIRONMENT_PACKAGE
+    context = Path(tempfile.mkdtemp(prefix="env-image-")) / ENVIRONMENT_PACKAGE.name
+    shutil.copytree(ENVIRONMENT_PACKAGE, context, ignore=shutil.ignore_patterns("__pycache__"))
+    for module in own_tasks:
+        shutil.copytree(module.parent, context / OWN_TASKS / module.parent.name, dirs_exist_ok=True)
+    return context
 
 
 class CommitCheckpoints(TrainerCallback):
