@@ -2,8 +2,10 @@
 client."""
 
 import asyncio
+import base64
 import contextlib
 import inspect
+import io
 import json
 import subprocess
 import sys
@@ -11,9 +13,11 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import psutil
 import pytest
 from openenv.core.generic_client import GenericEnvClient
+from PIL import Image
 from playwright._impl import _connection, _sync_base
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
@@ -142,6 +146,31 @@ def test_screenshot_on_request(session):
     obs = session.reset(seed=0, screenshot=True).observation
     height, width, channels = len(obs.screenshot), len(obs.screenshot[0]), len(obs.screenshot[0][0])
     assert channels == 3 and height > 100 and width > 100
+
+
+def test_a_traced_episode_shows_each_page_as_a_jpeg_and_where_each_action_acted(session):
+    first = session.reset(task_name="click-test", seed=0, trace=True).observation
+    page = Image.open(io.BytesIO(base64.b64decode(first.page_image)))
+    assert (page.format, page.size) == ("JPEG", (332, 214))  # MiniWoB's viewport
+    clicked = session.step(action(click_the_button(first.axtree_txt)))
+    assert clicked.reward == 1.0 and clicked.observation.page_image
+    x, y, width, height = clicked.observation.action_box
+    button = np.asarray(page.convert("L").crop((x + 2, y + 2, x + width - 2, y + height - 2)))
+    assert 20 < width < 160 and 20 < height < 160
+    assert button.min() < 100  # the button's black label, inside the box, on the page before the click
+    session.reset(task_name="click-test", seed=0, trace=True)
+    for no_element in ("scroll(0, 50)", "click('9999')", "goto('https://example.com')"):
+        stepped = session.step(action(no_element)).observation
+        assert stepped.page_image and stepped.action_box is None, no_element
+
+
+def test_an_untraced_episode_carries_no_page_image_nor_box(session):
+    first = session.reset(task_name="click-test", seed=0, trace=True).observation
+    untraced = session.reset(task_name="click-test", seed=0).observation  # trace holds for its episode only
+    clicked = session.step(action(click_the_button(first.axtree_txt))).observation
+    assert (untraced.page_image, clicked.page_image, clicked.action_box) == (None, None, None)
+    with pytest.raises(RuntimeError, match="trace must be true or false"):
+        session.reset(seed=0, trace="yes")
 
 
 def test_the_same_seed_gives_the_same_task_instance(session):

@@ -5,29 +5,35 @@ It is BrowserGym's own action set, narrowed to what MiniWoB tasks need: no navig
 no file uploads, one action at a time.
 """
 
+import inspect
+
 from browsergym.core.action import functions
 from browsergym.core.action.highlevel import HighLevelActionSet
 from browsergym.core.action.parsers import highlevel_action_parser
 
+ACTION_FUNCTIONS = (
+    functions.click,
+    functions.dblclick,
+    functions.hover,
+    functions.fill,
+    functions.clear,
+    functions.press,
+    functions.focus,
+    functions.select_option,
+    functions.drag_and_drop,
+    functions.scroll,
+    functions.noop,
+)
 ACTION_SET = HighLevelActionSet(
-    subsets=["custom"],
-    custom_actions=[
-        functions.click,
-        functions.dblclick,
-        functions.hover,
-        functions.fill,
-        functions.clear,
-        functions.press,
-        functions.focus,
-        functions.select_option,
-        functions.drag_and_drop,
-        functions.scroll,
-        functions.noop,
-    ],
-    strict=True,
-    multiaction=False,
+    subsets=["custom"], custom_actions=list(ACTION_FUNCTIONS), strict=True, multiaction=False
 )
 ALLOWED_ACTIONS = frozenset(ACTION_SET.action_set)
+# The actions on an element, which their first argument names (drag_and_drop's: the element it drags).
+ELEMENT_ACTIONS = frozenset(
+    action.__name__
+    for action in ACTION_FUNCTIONS
+    if next(iter(inspect.signature(action).parameters)) in ("bid", "from_bid")
+)
 
 # One action is a short call; anything longer is not an action worth running.
 MAX_ACTION_CHARS = 1000
@@ -62,6 +68,12 @@ def action_code(action_str: str) -> str:
 def describe_actions() -> str:
     """The action reference shown to the model, written by BrowserGym from the functions themselves."""
     return ACTION_SET.describe(with_long_description=False, with_examples=True)
+
+
+def acted_on(action_str: str) -> str | None:
+    """The bid of the element an allowed action acts on; None for an action on no element (scroll, noop)."""
+    ((name, args),) = highlevel_action_parser.parse_string(action_str).as_list()
+    return str(args[0]) if name in ELEMENT_ACTIONS and args else None
 
 
 def parse_action(text: str) -> str | None:

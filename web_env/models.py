@@ -36,6 +36,14 @@ class BrowserGymObservation(Observation):
     pruned_html: str = Field(default="")
     error: str = Field(default="", description="Why the last action failed, empty if it did not")
     last_action_error: bool = Field(default=False)
+    page_image: str | None = Field(
+        default=None, description="The page as the policy read it, a base64 JPEG: only in an episode reset with trace"
+    )
+    action_box: list[float] | None = Field(
+        default=None,
+        description="[x, y, width, height] of the element the last action acted on, in the page before it (the last "
+        "observation's page_image), in CSS pixels: only in a traced episode, for an action on an element",
+    )
 
 
 class BrowserGymState(State):

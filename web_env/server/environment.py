@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import uuid4
 
+from browsergym.core.action.utils import get_elem_by_bid
 from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
 from browsergym.core.observation import (
     MarkingError,
@@ -32,6 +33,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import sync_playwright
 
 from web_env import task_modules
+from web_env.actions import acted_on, action_code
 from web_env.models import (
     DEFAULT_TASK,
     MAX_SEED,
@@ -103,6 +105,8 @@ OWN_TASK_LOADS = "a task of a task module: every episode is a fresh load"
 # reaches no network, loopback included (<-loopback>). MiniWoB's pages are files; a task module's app is answered
 # inside the browser, before any proxy (web_env.task_app), so it is the only origin a task's page reaches.
 NO_NETWORK = {"server": "http://127.0.0.1:9", "bypass": "<-loopback>"}
+# A traced episode's pages, as JPEG: a MiniWoB page is some 10 KB at this quality, its text still legible.
+TRACE_JPEG_QUALITY = 80
 
 
 class TaskError(Exception):
@@ -307,6 +311,7 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         self._worker: BrowserWorker | None = pool.assign()
         self._default_task = default_task
         self._screenshots = screenshots
+        self._trace = False
         self._default_settle_ms = self._settle_ms = settle_ms
         self._reload_every = reload_every
         self._short_path = not browsergym_actions
@@ -328,10 +333,13 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         screenshot: bool | None = None,
         fields: list[str] | None = None,
         settle_ms: int | None = None,
+        trace: bool = False,
     ) -> BrowserGymObservation:
         """A new episode of `task_name` (default: the server's task) on `seed`. `fields` names the observation's
         fields to fill for this episode (default: all); `screenshot=True` adds the page's pixels; `settle_ms` is
-        this episode's wait after each action before observing (default: the server's; BrowserGym waits 500)."""
+        this episode's wait after each action before observing (default: the server's; BrowserGym waits 500);
+        `trace=True` adds to each of the episode's observations the page as a JPEG (page_image) and, after an action
+        on an element, where the element was (action_box), for a trace of the episode; untraced, neither is made."""
         self._check_open()
         task_name = task_name or self._default_task
         if seed is not None and (type(seed) is not int or not 0 <= seed <= MAX_SEED):
@@ -345,8 +353,11 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
             raise ValueError(f"fields must be a list of observation fields ({', '.join(OBSERVATION_FIELDS)})")
         if settle_ms is not None and (type(settle_ms) is not int or not 0 <= settle_ms <= MAX_SETTLE_MS):
             raise ValueError(f"settle_ms must be an integer from 0 to {MAX_SETTLE_MS}, got {settle_ms!r}")
+        if type(trace) is not bool:
+            raise ValueError(f"trace must be true or false, got {trace!r}")
         if screenshot is not None:
             self._screenshots = screenshot
+        self._trace = trace
         self._settle_ms = self._default_settle_ms if settle_ms is None else settle_ms
         self._fields = frozenset(OBSERVATION_FIELDS if fields is None else fields)
         return self._worker.call(self._reset, seed, episode_id, task_name)
@@ -449,9 +460,22 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         # Playwright's element actions, which wait for the navigation an action starts, so that `validate` sees what
         # the app recorded; page_actions.py's shorter path serves MiniWoB's pages, which never navigate.
         short_path = self._short_path and isinstance(self._task, AbstractMiniwobTask)
-        return self._step_with(lambda: run_action(self._page, action_str, short_path))
+        box = self._element_box(action_str) if self._trace else None
+        return self._step_with(lambda: run_action(self._page, action_str, short_path), action_box=box)
 
-    def _step_with(self, act) -> BrowserGymObservation:
+    def _element_box(self, action_str: str) -> list[float] | None:
+        """[x, y, width, height] of the element an action is about to act on, for the trace; None for an action that
+        is not allowed (refused unparsed: it is the model's), on no element, or on no element of the page."""
+        try:
+            action_code(action_str)
+            bid = acted_on(action_str)
+            element = get_elem_by_bid(self._page, bid) if bid is not None else None
+            box = element.bounding_box() if element is not None and element.count() == 1 else None
+        except (ValueError, PlaywrightError):
+            return None
+        return None if box is None else [box["x"], box["y"], box["width"], box["height"]]
+
+    def _step_with(self, act, action_box: list[float] | None = None) -> BrowserGymObservation:
         try:
             act()
             error = ""
@@ -466,7 +490,9 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending; the page's
         # own raw reward goes with it, for the client to score (rewards.py, docs/reward_audit.md).
         raw = float(info.get("RAW_REWARD_GLOBAL", reward))
-        return self._observation(error=error, reward=float(reward), done=bool(done), raw_reward=raw)
+        return self._observation(
+            error=error, reward=float(reward), done=bool(done), raw_reward=raw, action_box=action_box
+        )
 
     def _run_task_code(self, function, *args):
         """The task's setup or validate, whose exception is a TaskError naming the task and its seed."""
@@ -548,7 +574,13 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         self._close_context()
 
     def _observation(
-        self, error: str, reward: float, done: bool, raw_reward: float, extra_metadata: dict | None = None
+        self,
+        error: str,
+        reward: float,
+        done: bool,
+        raw_reward: float,
+        extra_metadata: dict | None = None,
+        action_box: list[float] | None = None,
     ) -> BrowserGymObservation:
         fields = self._fields
         dom, axtree = self._extract_dom_and_axtree(
@@ -574,10 +606,17 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         return BrowserGymObservation(
             **{name: value for name, value in values.items() if name in fields},
             screenshot=extract_screenshot(self._read).tolist() if self._screenshots else None,
+            page_image=self._page_image() if self._trace else None,
+            action_box=action_box,
             reward=reward,
             done=done,
             metadata=metadata,
         )
+
+    def _page_image(self) -> str:
+        """The page's viewport as a base64 JPEG, as Chromium encodes it (no pixels pass through Python)."""
+        shot = self._read.send("Page.captureScreenshot", {"format": "jpeg", "quality": TRACE_JPEG_QUALITY})
+        return shot["data"]
 
     def _extract_dom_and_axtree(self, dom: bool, axtree: bool):
         # As BrowserGym does: mark every element with its bid (which the actions find elements by), read the DOM and
