@@ -87,8 +87,8 @@ def test_the_server_process_starts_without_openenvs_web_interface():
 def test_openenvs_own_client_plays_an_episode_with_the_upstream_wire_format(env_server):
     # OpenEnv's generic client sends the action as a plain dict and hands back what the server sent, unparsed.
     with GenericEnvClient(base_url=env_server.url).sync() as client:
-        first = client.reset(task_name="click-test", seed=3)
-        assert first.observation.keys() >= UPSTREAM_OBSERVATION_FIELDS
+        first = client.reset(task_name="click-test", seed=3, trace=True)  # a traced episode's fields are extra
+        assert first.observation.keys() >= UPSTREAM_OBSERVATION_FIELDS | {"page_image", "action_box"}
         assert (first.reward, first.done) == (0.0, False)
         result = client.step({"action_str": click_the_button(first.observation["axtree_txt"])})
         assert (result.reward, result.done, result.observation["error"]) == (1.0, True, "")
