@@ -1,7 +1,8 @@
 """Measure a policy on web tasks against the real environment.
 
     python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
-    python evaluate.py --model outputs/smoke --temperature 1.0 --screenshots true   # as sampled in training
+    python evaluate.py --model outputs/smoke --temperature 1.0                      # as sampled in training
+    python evaluate.py --model outputs/smoke --traces failures     # what it did: OUTPUT_DIR/viewer.html
     python evaluate.py --model outputs/multi --tasks page-reading                   # a suite: a per-task table
     python evaluate.py --model outputs/book-flight --config configs/book_flight.yaml  # the run's tasks and servers
     python evaluate.py --model outputs/multi --benchmark miniwob                    # BrowserGym's protocol

@@ -42,6 +42,7 @@ from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskSampler, task_instances
+from browser_rl.traces import TrainingTraces, covers_a_traced_step
 from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint
 from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import task_success
@@ -73,16 +74,27 @@ def timed(generate: GenerateFn) -> tuple[GenerateFn, list[float]]:
 
 
 def make_rollout_func(
-    runner: EpisodeRunner, dataset: Dataset, sampler: TaskSampler, phases: SftPhases, max_env_failures: int
+    runner: EpisodeRunner,
+    dataset: Dataset,
+    sampler: TaskSampler,
+    phases: SftPhases,
+    max_env_failures: int,
+    traces: TrainingTraces,
 ):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out. A step
-    plays its episodes, measures them, and keeps its successes for the SFT phases."""
+    plays its episodes, measures them, keeps its successes for the SFT phases, and every trace_every steps traces a
+    few of the first rank's."""
     seed_of_prompt = {row["prompt"]: row["seed"] for row in dataset}
 
     def rollout(prompts: list[str], trainer: RecipeTrainer) -> dict[str, list]:
         all_prompts = gather_object(list(prompts))
         specs = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
-        episodes, figures = play_step(runner, specs, trainer, max_env_failures, all_prompts)
+        step, args = trainer.state.global_step + 1, trainer.args
+        served = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
+        traced = trainer.accelerator.is_main_process and covers_a_traced_step(step, served, args.trace_every)
+        episodes, figures = play_step(runner, specs, trainer, max_env_failures, all_prompts, traced)
+        if traced:
+            traces.write(step, episodes, trainer.callback_handler.callbacks)
         for task, of_task in episodes_by_task(gather_object([e.outcome() for e in episodes])).items():
             sampler.update(task, [e.solved for e in of_task])
         if len(sampler.weights) > 1:  # what the sampler will draw next
@@ -106,14 +118,20 @@ def make_rollout_func(
 
 
 def play_step(
-    runner: EpisodeRunner, specs: list, trainer: RecipeTrainer, max_env_failures: int, all_prompts: list[str]
+    runner: EpisodeRunner,
+    specs: list,
+    trainer: RecipeTrainer,
+    max_env_failures: int,
+    all_prompts: list[str],
+    traced: bool,
 ) -> tuple[list[Episode], dict]:
-    """This rank's episodes of the step (a batch the environment failed is played again), and the figures of every
-    rank's: they describe every rank's episodes, in rank order as all_prompts, and the step takes as long as its
-    slowest rank."""
+    """This rank's episodes of the step (a batch the environment failed is played again; traced, with their pages'
+    images), and the figures of every rank's: they describe every rank's episodes, in rank order as all_prompts, and
+    the step takes as long as its slowest rank."""
     generate, generating = timed(trainer_generate(trainer))
     start, cpu_before = time.perf_counter(), runner.servers.cpu_readings()
-    episodes = runner.run_until_played(specs, sampling(generate), longest_context(trainer), max_env_failures)
+    context = longest_context(trainer)
+    episodes = runner.run_until_played(specs, sampling(generate), context, max_env_failures, traced)
     seconds = time.perf_counter() - start
     cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings())
     seconds, generation_s = max(gather_object([(seconds, sum(generating))]))
@@ -165,7 +183,14 @@ def build_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        rollout_func=make_rollout_func(runner, dataset, sampler, sft_phases, max_env_failures),
+        rollout_func=make_rollout_func(
+            runner,
+            dataset,
+            sampler,
+            sft_phases,
+            max_env_failures,
+            TrainingTraces(training_args.output_dir, runner.settings.max_page_chars),
+        ),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
         phases=sft_phases,
         episode_settings=runner.settings,

@@ -6,8 +6,9 @@ each task (`--task_name`, or `--tasks` with names and presets as in training) it
 success rate with its 95% confidence interval, the mean number of turns of the solved episodes, and the share
 of replies that held no valid action; for several tasks, as a table with the mean over tasks, and a chart
 (success.png), and per BrowserGym split (train, test). Writes one JSON line per episode, a summary (with the
-commit, package versions and seeds), and with --screenshots each episode's first and last page as PNG, to
---output_dir. Run again with the same settings and output directory, it plays only the episodes not yet recorded.
+commit, package versions and seeds) to --output_dir, and with --traces (all, failures, or N per task) the traces
+of the episodes and a viewer that shows them step by step with the page as it looked (browser_rl.traces). Run again
+with the same settings and output directory, it plays only the episodes not yet recorded.
 
 The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
 `--benchmark miniwob` plays BrowserGym's MiniWoB benchmark as browsergym-experiments defines it: every task, each
@@ -29,9 +30,7 @@ from collections import Counter, deque
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 
 from browser_rl import episode_settings
 from browser_rl.episode_settings import EpisodeSettings
@@ -42,6 +41,7 @@ from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments,
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import browsergym_benchmark, split_of
+from browser_rl.traces import TRACES_DIR, episode_trace, traced_in_evaluation, write_trace, write_viewer
 from env_client import cpu_s_per_episode
 from rewards import browsergym_solved
 
@@ -53,7 +53,7 @@ BROWSERGYM_SETTLE_MS = 500
 # Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
 # change them.
 OPERATIONAL = {
-    *("output_dir", "batch_size", "screenshots", "lockstep", "override_episode_settings"),
+    *("output_dir", "batch_size", "traces", "lockstep", "override_episode_settings"),
     *("max_env_failures", "env_url", "env_servers", "env_timeout_s"),
 }
 # Recorded with each evaluation: what its figures depend on besides the model.
@@ -173,11 +173,12 @@ def episode_record(episode: Episode) -> dict:
     }
 
 
-def save_screenshots(index: int, episode: Episode, directory: Path) -> None:
-    for name, observation in (("first", episode.first_observation), ("last", episode.observation)):
-        if observation is not None and observation.screenshot is not None:
-            pixels = np.asarray(observation.screenshot, dtype=np.uint8)
-            Image.fromarray(pixels).save(directory / f"episode-{index:04d}-{name}.png")
+def keep_trace(args: EvalArguments, index: int, episode: Episode, max_page_chars: int) -> None:
+    """The episode's trace in OUTPUT_DIR/traces/TASK/, if --traces asks for it."""
+    of_task = Path(args.output_dir) / TRACES_DIR / episode.task_name
+    if traced_in_evaluation(args.traces, episode.solved, len(list(of_task.glob("*.json")))):
+        trace = episode_trace(episode, max_page_chars, f"episode {index}")
+        write_trace(trace, of_task / f"episode-{index:05d}-seed-{episode.seed}.json")
 
 
 def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
@@ -239,12 +240,15 @@ def run_episodes(
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
     with open(output_dir / "episodes.jsonl", "a") as episodes_file:
         for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
-            for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures):
-                if args.screenshots:
-                    save_screenshots(len(records), episode, output_dir)
+            traced = args.traces is not None
+            for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures, traced):
+                if traced:
+                    keep_trace(args, len(records), episode, runner.settings.max_page_chars)
                 records.append(episode_record(episode))
                 episodes_file.write(json.dumps(records[-1]) + "\n")
             episodes_file.flush()
+            if traced:
+                write_viewer(output_dir, f"{args.model}: evaluation")
             solved = sum(r["success"] for r in records)
             log.info("%d/%d episodes, %d solved", len(records), len(instances), solved)
 
@@ -295,7 +299,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
         pool = open_server_pool(stack, servers, max_sessions=args.batch_size)
-        runner = EpisodeRunner(pool, tokenizer, play.settings, lockstep=episodes.lockstep, screenshots=args.screenshots)
+        runner = EpisodeRunner(pool, tokenizer, play.settings, lockstep=episodes.lockstep)
         stack.callback(runner.close)
         cpu_before = pool.cpu_readings()
         run_episodes(args, runner, instances, records, model, tokenizer, servers.max_env_failures)

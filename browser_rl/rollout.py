@@ -54,6 +54,11 @@ class Episode:
     pages: list[str] = field(default_factory=list)  # each page the policy was shown, as the server sent it
     errors: list[str] = field(default_factory=list)  # each turn's action error ("" if none, or if no action)
     ended: list[bool] = field(default_factory=list)  # whether each reply ended, rather than being cut off
+    rewards: list[float] = field(default_factory=list)  # each turn's reward, as the server sent it
+    # A traced episode's (EpisodeRunner.run's `traced`): each page it saw as a JPEG, the first and one after each
+    # turn, and the box of the element each turn's action acted on (None: no action, or none on an element).
+    images: list[str | None] = field(default_factory=list)
+    boxes: list[list[float] | None] = field(default_factory=list)
 
     @property
     def turns(self) -> int:
@@ -111,6 +116,7 @@ def begin(episode: Episode, chat: ChatTurns, observation: BrowserGymObservation)
     """The episode's first page, and the prompt it makes."""
     episode.first_observation = episode.observation = observation
     episode.pages.append(observation.axtree_txt)
+    episode.images.append(observation.page_image)
     episode.prompt_ids = chat.first_prompt(observation)
 
 
@@ -141,6 +147,9 @@ def add_outcome(
     episode.observation, episode.done, episode.env_reward = observation, done, reward
     episode.raw_reward = observation.metadata.get("raw_reward")
     episode.errors.append(observation.error if action is not None else "")
+    episode.rewards.append(reward)
+    episode.images.append(observation.page_image)
+    episode.boxes.append(observation.action_box if action is not None else None)  # without one: the last action's
     if not done and more_turns:
         outcome = feedback(episode.turns - 1, action, observation, cut_off=not reply.ended)
         episode.add_environment(chat.next_turn(reply.ids, chat.observation_message(observation, outcome)))
@@ -225,7 +234,8 @@ class EpisodeRunner:
     sessions each holds.
 
     Each episode advances on its own (see ReplyBatcher). The sessions live on one private event loop, so they
-    persist from batch to batch. With `screenshots`, every observation carries the page's pixels. If a server
+    persist from batch to batch. A traced run's episodes keep each page's image and each action's element box
+    (browser_rl.traces); an untraced one's cost the server nothing of the kind. If a server
     fails, `run` drops the sessions (the next run opens new ones), takes the server out of the pool's rotation
     and raises EnvironmentFailure.
     """
@@ -236,12 +246,10 @@ class EpisodeRunner:
         tokenizer,
         settings: EpisodeSettings,
         lockstep: bool = False,
-        screenshots: bool = False,
         batch_wait_s: float = 0.05,
     ):
         self.servers = servers
         self.settings = settings
-        self.screenshots = screenshots
         self.batch_wait_s = None if lockstep else batch_wait_s
         self.chat = ChatTurns(tokenizer, settings.max_page_chars)
         self._loop = asyncio.new_event_loop()
@@ -249,12 +257,19 @@ class EpisodeRunner:
         self._sessions: list[tuple[BrowserGymEnv, str]] = []  # each session's client and server
         self._page_task: dict[BrowserGymEnv, str] = {}  # the task each session's page holds
 
-    def run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None = None) -> list[Episode]:
+    def run(
+        self,
+        specs: list[tuple[str, int]],
+        policy: Policy,
+        max_context_tokens: int | None = None,
+        traced: bool = False,
+    ) -> list[Episode]:
         """Plays one episode per (task_name, seed) and returns them in the same order. An episode whose context
         grows past `max_context_tokens` (the engine's length less one reply) ends there, unsolved, and says so in
-        the log: the engine would refuse it, and a shortened context is not what the trainer would score."""
+        the log: the engine would refuse it, and a shortened context is not what the trainer would score. Traced,
+        the episodes keep their pages' images and their actions' boxes."""
         try:
-            return self._loop.run_until_complete(self._run(specs, policy, max_context_tokens))
+            return self._loop.run_until_complete(self._run(specs, policy, max_context_tokens, traced))
         except EnvironmentFailure as failure:
             if failure.server is not None:  # first: restarting a server of this run ends its sockets, hung ones too,
                 self.servers.take_out(failure.server)  # so that closing them does not wait out a handshake
@@ -262,14 +277,19 @@ class EpisodeRunner:
             raise
 
     def run_until_played(
-        self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None, max_failures: int
+        self,
+        specs: list[tuple[str, int]],
+        policy: Policy,
+        max_context_tokens: int | None,
+        max_failures: int,
+        traced: bool = False,
     ) -> list[Episode]:
         """`run`, again from the start each time the environment fails, on the servers still up (or, with none up,
         once one is back): an episode the environment cut short says nothing about the policy, so it is never
         scored. After `max_failures` failures in a row, EnvironmentUnavailable."""
         for failure in itertools.count(1):
             try:
-                return self.run(specs, policy, max_context_tokens)
+                return self.run(specs, policy, max_context_tokens, traced)
             except EnvironmentFailure as error:
                 if failure > max_failures:
                     raise EnvironmentUnavailable(
@@ -311,7 +331,7 @@ class EpisodeRunner:
         except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
             raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip() + f" (server {server})", server) from e
 
-    async def _run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None):
+    async def _run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None, traced: bool):
         await self._open_sessions(len(specs))
         sessions = self._sessions_for([task for task, _ in specs])
         episodes = [Episode(task_name, seed) for task_name, seed in specs]
@@ -320,17 +340,24 @@ class EpisodeRunner:
             async with asyncio.TaskGroup() as episodes_in_flight:
                 episodes_in_flight.create_task(batcher.run())
                 for index, session in enumerate(sessions):
-                    episodes_in_flight.create_task(self._play(index, batcher, *session, max_context_tokens))
+                    play = self._play(index, batcher, *session, max_context_tokens, traced)
+                    episodes_in_flight.create_task(play)
         except* EnvironmentFailure as failures:
             raise failures.exceptions[0] from None
         return episodes
 
     async def _play(
-        self, index: int, batcher: ReplyBatcher, client: BrowserGymEnv, server: str, max_context_tokens: int | None
+        self,
+        index: int,
+        batcher: ReplyBatcher,
+        client: BrowserGymEnv,
+        server: str,
+        max_context_tokens: int | None,
+        traced: bool,
     ) -> None:
         episode = batcher.episodes[index]
         try:
-            options = {"screenshot": True} if self.screenshots else {}
+            options = {"trace": True} if traced else {}
             reset = client.reset(
                 task_name=episode.task_name,
                 seed=episode.seed,

@@ -1,7 +1,9 @@
-"""evaluate.py against a real server: full models and LoRA adapters, its records, screenshots and interval, and
+"""evaluate.py against a real server: full models and LoRA adapters, its records, traces and interval, and
 BrowserGym's own benchmark: its tasks and seeds, played, resumed, and replayed where the environment failed."""
 
+import base64
 import collections
+import io
 import json
 import logging
 import os
@@ -29,6 +31,7 @@ from browser_rl.evaluation import (
     wilson_interval,
 )
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
 
 
@@ -40,9 +43,9 @@ def test_wilson_interval_matches_the_textbook_values(successes, n, low, high):
     assert wilson_interval(successes, n) == pytest.approx((low, high), abs=1e-4)
 
 
-def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_model, env_server, tmp_path):
+def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(tiny_model, env_server, tmp_path):
     args = EvalArguments(
-        model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path), screenshots=True
+        model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path), traces="2"
     )
     summary = evaluate(args, TaskArguments(), EpisodeArguments(max_turns=2), ServerArguments(env_url=env_server.url))
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
@@ -52,10 +55,34 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_screenshots(tiny_mode
     assert summary["unparsed_share"] == 1.0  # the random tiny model writes no action
     assert summary["ci95"] == pytest.approx(list(wilson_interval(summary["solved"], 5)))
     assert json.loads((tmp_path / "summary.json").read_text())["episodes"] == 5
-    for i in range(5):
-        for which in ("first", "last"):
-            image = Image.open(tmp_path / f"episode-{i:04d}-{which}.png")
-            assert image.mode == "RGB" and image.width > 100 and image.height > 100
+    traces = sorted((tmp_path / "traces/click-test").glob("*.json"))
+    assert [path.name for path in traces] == [f"episode-{i:05d}-seed-{records[i]['seed']}.json" for i in (0, 1)]
+    for path, record in zip(traces, records, strict=False):
+        trace = json.loads(path.read_text())
+        assert [step["reply"] for step in trace["steps"]] == record["replies"]
+        assert all(step["action"] is None and step["no_action"] for step in trace["steps"])
+        for image in [step["image"] for step in trace["steps"]] + [trace["end"]["image"]]:
+            assert Image.open(io.BytesIO(base64.b64decode(image))).size == (332, 214)
+    assert (tmp_path / "viewer.html").read_text().count('"task": "click-test"') == 2
+
+
+@pytest.mark.parametrize(
+    ("which", "solved", "kept_already", "kept"),
+    [
+        ("all", True, 9, True),
+        ("failures", False, 9, True),
+        ("failures", True, 0, False),
+        ("2", True, 1, True),
+        ("2", False, 2, False),
+    ],
+)
+def test_traces_keeps_all_episodes_the_failures_or_the_first_n_of_each_task(which, solved, kept_already, kept):
+    assert traced_in_evaluation(which, solved, kept_already) is kept
+
+
+def test_traces_takes_all_failures_or_a_number():
+    with pytest.raises(ValueError, match="traces: expected all, failures or a number"):
+        EvalArguments(model="m", traces="some")
 
 
 @pytest.mark.slow
