@@ -41,7 +41,7 @@ from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments,
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import browsergym_benchmark, split_of
-from browser_rl.traces import TRACES_DIR, episode_trace, traced_in_evaluation, write_trace, write_viewer
+from browser_rl.traces import TRACES_DIR, VIEWER_FILE, episode_trace, traced_in_evaluation, write_trace, write_viewer
 from env_client import cpu_s_per_episode
 from rewards import browsergym_solved
 
@@ -389,6 +389,8 @@ def report(summary: dict) -> str:
     args = summary["arguments"]
     decoding = f"temperature {args['temperature']}" if args["temperature"] else "greedy"
     output = f"  episodes and summary in {args['output_dir']}"
+    if args["traces"] is not None:
+        output += f", traces ({args['traces']}) shown by {Path(args['output_dir']) / VIEWER_FILE}"
     if len(summary["tasks"]) == 1:
         (task,) = summary["tasks"]
         turns, (low, high) = summary["mean_turns_to_success"], summary["ci95"]
@@ -421,6 +423,6 @@ def report(summary: dict) -> str:
         *settings_lines(summary),
         *(["  differences from BrowserGym's protocol:"] if summary["protocol_differences"] else []),
         *(f"    - {difference}" for difference in summary["protocol_differences"]),
-        f"{output}, chart in {CHART_FILE}",
+        f"{output}; chart in {CHART_FILE}",
     ]
     return "\n".join(lines)

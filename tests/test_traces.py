@@ -4,6 +4,8 @@ a training run that traces every trace_every steps, to disk and to TensorBoard, 
 import base64
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from browser_rl.generation import Reply
 from browser_rl.metrics import METRICS_FILE, logged_steps
 from browser_rl.rollout import Episode, EpisodeRunner
 from browser_rl.servers import ServerPool
+from browser_rl.tasks import PRESETS
 from browser_rl.traces import (
     TRACES_DIR,
     chosen_from_step,
@@ -25,7 +28,7 @@ from browser_rl.traces import (
     write_trace,
     write_viewer,
 )
-from helpers import RESUMABLE, click_the_button, train_here
+from helpers import RESUMABLE, ROOT, click_the_button, train_here
 from web_env.server import browser_setup
 
 
@@ -216,3 +219,28 @@ def test_training_traces_every_trace_every_steps_and_a_resumed_run_keeps_them(ha
         assert len(images) == len(traces[f"step-00000{logged[-1][0]}"])
         assert {tag for tag in events.Tags()["tensors"] if tag.startswith("traces/")}  # add_text's
     assert logged == [[2], [4]]
+
+
+@pytest.mark.slow
+def test_evaluate_writes_a_viewer_of_its_failures_that_chromium_shows(tiny_model, env_server, chromium, tmp_path):
+    command = [sys.executable, "evaluate.py", "--model", tiny_model, "--tasks", "page-reading", "--episodes", "8"]
+    command += ["--traces", "failures", "--max_turns", "2", "--env_url", env_server.url, "--output_dir", str(tmp_path)]
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"traces (failures) shown by {tmp_path / 'viewer.html'}" in run.stdout
+    failed = [r for r in map(json.loads, (tmp_path / "episodes.jsonl").read_text().splitlines()) if not r["success"]]
+    assert len(failed) == 48  # the tiny model reads nothing: it solves none
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    page.goto((tmp_path / "viewer.html").as_uri())
+    expect(page.locator(".episode")).to_have_count(len(failed))
+    expect(page.locator(".task-heading")).to_have_count(len(PRESETS["page-reading"]))
+    page.locator("#task-filter").select_option("login-user")
+    expect(page.locator(".episode")).to_have_count(8)
+    page.locator(".episode").nth(3).click()
+    expect(page.locator("#goal")).to_contain_text("Enter the username")
+    assert page.locator("#screenshot").evaluate("img => img.complete && img.naturalWidth") == 332
+    page.locator("#next").click()
+    expect(page.locator("#step-counter")).to_have_text("step 2 of 2")
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#step-counter")).to_have_text("step 1 of 2")
+    expect(page.locator("#page")).to_contain_text("textbox")  # login-user's page, as the policy read it
