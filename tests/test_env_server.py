@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -158,6 +159,12 @@ def test_a_traced_episode_shows_each_page_as_a_jpeg_and_where_each_action_acted(
     button = np.asarray(page.convert("L").crop((x + 2, y + 2, x + width - 2, y + height - 2)))
     assert 20 < width < 160 and 20 < height < 160
     assert button.min() < 100  # the button's black label, inside the box, on the page before the click
+    # Measured before the action: the dialog's Close button is gone once clicked.
+    dialog = session.reset(task_name="click-dialog", seed=0, trace=True).observation
+    close = re.search(r"\[(\d+)\] button 'Close'", dialog.axtree_txt).group(1)
+    closed = session.step(action(f"click('{close}')"))
+    assert closed.reward == 1.0 and "Close" not in closed.observation.axtree_txt
+    assert closed.observation.action_box is not None
     session.reset(task_name="click-test", seed=0, trace=True)
     for no_element in ("scroll(0, 50)", "click('9999')", "goto('https://example.com')"):
         stepped = session.step(action(no_element)).observation
