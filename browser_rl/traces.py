@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
-from transformers.integrations import TensorBoardCallback
+from transformers.integrations import TensorBoardCallback, WandbCallback
 
 from browser_rl.prompts import cut_page
 from browser_rl.rollout import Episode
@@ -132,9 +132,10 @@ def covers_a_traced_step(step: int, steps: int, every: int) -> bool:
 
 class TrainingTraces:
     """A training run's traces: at a traced step, a few of its episodes (chosen_from_step) in
-    OUTPUT_DIR/traces/step-NNNNNN/, the viewer rewritten with every step's, and the episodes sent to the run's
-    TensorBoard (each as a strip of its pages with the acted-on elements outlined, and its steps as text). A step
-    played again after a resume replaces what it wrote before the crash; earlier steps' traces stay as they are."""
+    OUTPUT_DIR/traces/step-NNNNNN/, the viewer rewritten with every step's, and the episodes sent to the run's trackers:
+    to TensorBoard each as a strip of its pages with the acted-on elements outlined (filmstrip) and its steps as text,
+    to Weights & Biases as a table with the strips. A step played again after a resume replaces what it wrote before
+    the crash; earlier steps' traces stay as they are."""
 
     def __init__(self, output_dir: str, max_page_chars: int, per_step: int = 4):
         self.output_dir = Path(output_dir)
@@ -154,6 +155,8 @@ class TrainingTraces:
         for callback in callbacks:
             if isinstance(callback, TensorBoardCallback) and callback.tb_writer is not None:
                 send_to_tensorboard(callback.tb_writer, step, traces)
+            if isinstance(callback, WandbCallback):
+                send_to_wandb(step, traces)
         return traces
 
 
@@ -163,6 +166,20 @@ def send_to_tensorboard(writer, step: int, traces: list[dict]) -> None:
         writer.add_image(tag, filmstrip(trace), step, dataformats="HWC")
         writer.add_text(tag, as_markdown(trace), step)
     writer.flush()
+
+
+def send_to_wandb(step: int, traces: list[dict]) -> None:
+    """A table of the step's traced episodes, logged with the step's metrics (the trainer's next log commits it)."""
+    import wandb  # the tracker's own package, there when report_to names it
+
+    if wandb.run is None:  # the callback starts the run at the training's start, on the first rank
+        return
+    table = wandb.Table(columns=["step", "task", "seed", "ending", "steps", "pages"])
+    for trace in traces:
+        table.add_data(
+            step, trace["task"], trace["seed"], trace["ending"], as_markdown(trace), wandb.Image(filmstrip(trace))
+        )
+    wandb.log({"traces": table}, commit=False)
 
 
 def as_markdown(trace: dict) -> str:
