@@ -160,7 +160,7 @@ class RecipeConfig(GRPOConfig):
         default=0,
         metadata={
             "help": "every N steps, traces of a few of the step's episodes in OUTPUT_DIR/traces, shown by"
-            " OUTPUT_DIR/viewer.html and sent to the report_to tracker (tensorboard); 0: none"
+            " OUTPUT_DIR/viewer.html and sent to the report_to trackers (tensorboard, wandb); 0: none"
         },
     )
     vllm_on_cpu: bool = field(
