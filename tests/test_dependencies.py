@@ -62,5 +62,6 @@ def test_trl_supports_the_installed_vllm():
 
 
 def test_the_installed_vllm_is_the_release_the_gpu_extra_pins():
-    (pin,) = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    gpu = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+    (pin,) = [requirement for requirement in gpu if Requirement(requirement).name == "vllm"]
     assert Requirement(pin).specifier.contains(importlib.metadata.version(installed_vllm()))
