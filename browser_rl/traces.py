@@ -2,11 +2,11 @@
 
 A trace is one episode of a traced run (rollout.EpisodeRunner.run's `traced`) as JSON: for each step the page as the
 policy read it (cut as in its prompt) and as it looked (a JPEG), the policy's reply, the action parsed from it or why
-there was none, the element the action acted on (its box on the page), the environment's error, the reward and
-whether the episode ended; then the page it ended on. evaluate.py (`--traces`) and train.py (`trace_every`) write
-traces under OUTPUT_DIR/traces and the viewer, OUTPUT_DIR/viewer.html: one file holding every trace of the directory,
-which opens from disk in any browser, with no server and nothing to install (viewer.html beside this module is its
-page).
+there was none, the element the action acted on (its box on the page), the environment's error and the reward; then how
+the episode ended (only its last step can end it) and the page it ended on. evaluate.py (`--traces`) and train.py
+(`trace_every`) write traces under OUTPUT_DIR/traces and the viewer, OUTPUT_DIR/viewer.html: one file holding every
+trace of the directory, which opens from disk in any browser, with no server and nothing to install (viewer.html
+beside this module is its page).
 """
 
 import base64
@@ -73,7 +73,7 @@ def episode_trace(episode: Episode, max_page_chars: int, label: str) -> dict:
         "reward": episode.env_reward,
         "goal": episode.first_observation.goal,
         "steps": steps,
-        # The page it ended on (the page after its last action), unless the episode ended before seeing one.
+        # The page after its last action (the first page, for an episode that ended before its first reply).
         "end": {"page": cut_page(last.axtree_txt, max_page_chars), "image": episode.images[-1]},
     }
 
