@@ -8,12 +8,16 @@ The scripted plans (warm_start.plans) play 48 episodes of the page-reading tasks
 from the checkout; the first round starts the browsers and is not counted.
 """
 
+import argparse
 import contextlib
 import os
 import sys
 from pathlib import Path
 
-CHECKOUT = Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+# Before the imports below, which come from the checkout.
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("checkout", nargs="?", default=".", help="the checkout whose code plays (default: this one)")
+CHECKOUT = Path(parser.parse_args().checkout).resolve()
 sys.path.insert(0, str(CHECKOUT))  # the checkout's packages, and its server: started from there
 os.chdir(CHECKOUT)
 

@@ -2,8 +2,10 @@
 a training run that traces every trace_every steps, to disk and to TensorBoard, and keeps them across a resume."""
 
 import base64
+import contextlib
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,14 @@ from PIL import Image
 from playwright.sync_api import expect, sync_playwright
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+import evaluate as evaluate_py
 import train
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.generation import Reply
 from browser_rl.metrics import METRICS_FILE, logged_steps, read_metrics
 from browser_rl.rollout import Episode, EpisodeRunner
 from browser_rl.servers import ServerPool
+from browser_rl.tasks import PRESETS
 from browser_rl.traces import (
     TRACES_DIR,
     chosen_from_step,
@@ -95,15 +99,21 @@ def viewer(traced_episodes, tmp_path_factory) -> Path:
     return write_viewer(output_dir, "tiny </script> model: evaluation")
 
 
-@pytest.fixture
-def chromium():
-    """Chromium through Playwright's sync API, for one test: its event loop, left running in this thread, would stop
-    the next test's own (an EpisodeRunner's)."""
+@contextlib.contextmanager
+def opened_chromium():
+    """Chromium through Playwright's sync API, whose event loop runs in this thread while it is open: an EpisodeRunner's
+    own loop cannot run meanwhile."""
     browser_setup.ensure_chromium()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch()
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def chromium():
+    with opened_chromium() as browser:
+        yield browser
 
 
 def test_the_viewer_opens_from_disk_and_steps_through_an_episode_with_its_page_and_action(viewer, chromium):
@@ -243,3 +253,35 @@ def test_training_traces_every_trace_every_steps_and_a_resumed_run_keeps_them(
     rows = sorted((row for table in tables for row in table["data"]), key=lambda row: row[0])
     assert [row[0] for row in rows] == [2] * len(traces["step-000002"]) + [4] * len(traces["step-000004"])
     assert all(row[5] == "Image" for row in rows)  # a wandb.Image: offline, the table's file names its type alone
+
+
+@pytest.mark.slow
+def test_evaluate_writes_a_viewer_of_its_failures_that_chromium_shows(
+    tiny_model, env_server, tmp_path, monkeypatch, capsys
+):
+    # evaluate.py's own main, in this process: a process of its own would add only its imports, some 10 s.
+    command = ["evaluate.py", "--model", tiny_model, "--tasks", "page-reading", "--episodes", "8"]
+    command += ["--traces", "failures", "--max_turns", "2", "--env_url", env_server.url, "--output_dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", command)
+    evaluate_py.main()
+    assert f"traces (failures) shown by {tmp_path / 'viewer.html'}" in capsys.readouterr().out
+    failed = [r for r in map(json.loads, (tmp_path / "episodes.jsonl").read_text().splitlines()) if not r["success"]]
+    assert len(failed) == 48  # the tiny model reads nothing: it solves none
+    with opened_chromium() as chromium:
+        check_the_failures_viewer(chromium.new_page(viewport={"width": 1400, "height": 900}), tmp_path, failed)
+
+
+def check_the_failures_viewer(page, output_dir: Path, failed: list[dict]) -> None:
+    page.goto((output_dir / "viewer.html").as_uri())
+    expect(page.locator(".episode")).to_have_count(len(failed))
+    expect(page.locator(".task-heading")).to_have_count(len(PRESETS["page-reading"]))
+    page.locator("#task-filter").select_option("login-user")
+    expect(page.locator(".episode")).to_have_count(8)
+    page.locator(".episode").nth(3).click()
+    expect(page.locator("#goal")).to_contain_text("Enter the username")
+    assert page.locator("#screenshot").evaluate("img => img.complete && img.naturalWidth") == 332
+    page.locator("#next").click()
+    expect(page.locator("#step-counter")).to_have_text("step 2 of 2")
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#step-counter")).to_have_text("step 1 of 2")
+    expect(page.locator("#page")).to_contain_text("textbox")  # login-user's page, as the policy read it
