@@ -105,7 +105,7 @@ OWN_TASK_LOADS = "a task of a task module: every episode is a fresh load"
 # reaches no network, loopback included (<-loopback>). MiniWoB's pages are files; a task module's app is answered
 # inside the browser, before any proxy (web_env.task_app), so it is the only origin a task's page reaches.
 NO_NETWORK = {"server": "http://127.0.0.1:9", "bypass": "<-loopback>"}
-# A traced episode's pages, as JPEG: a MiniWoB page is some 10 KB at this quality, its text still legible.
+# A traced episode's pages, as JPEG: a MiniWoB page is some 4.5 KB at this quality (bench/trace_cost.py), legible.
 TRACE_JPEG_QUALITY = 80
 
 
