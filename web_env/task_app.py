@@ -58,16 +58,26 @@ def serve_app(page, folder: Path, backend=None) -> str:
 
 def answer(route, root: Path, backend) -> None:
     """A file of the folder, or the backend's answer. A redirect is followed here, to the answer it leads to (at the
-    URL the page asked for): Chromium does not follow a redirect that an intercepted request is answered with."""
+    URL the page asked for): Chromium does not follow a redirect that an intercepted request is answered with. As a
+    browser does, the request it leads to carries the cookie the redirect set (a sign-in's session), and the page
+    gets that cookie too."""
     request = route.request
-    method, url, body, headers = request.method, urlsplit(request.url), request.post_data_buffer or b"", request.headers
+    method, url, body = request.method, urlsplit(request.url), request.post_data_buffer or b""
+    headers = request.all_headers()  # with the page's cookies, which `request.headers` leaves out
+    set_cookie = None
     for _ in range(MAX_REDIRECTS + 1):
         response = file_answer(root, unquote(url.path)) or backend_answer(backend, method, url, body, headers)
         location = response["headers"].get("location")
         if not (300 <= response["status"] < 400 and location):
             break
+        if cookie := response["headers"].get("set-cookie"):
+            set_cookie = cookie
+            sent = [c for c in headers.get("cookie", "").split("; ") if c and c.split("=")[0] != cookie.split("=")[0]]
+            headers = {**headers, "cookie": "; ".join([*sent, cookie.split(";")[0]])}
         url = urlsplit(urljoin(url.geturl(), location))
         method, body = "GET", b""
+    if set_cookie and "set-cookie" not in response["headers"]:
+        response["headers"]["set-cookie"] = set_cookie
     route.fulfill(**response)
 
 
