@@ -3,6 +3,7 @@
     python bench/expert_success.py --max_turns 15 --max_page_chars 4000   # every expert, 100 seeds (about 15 minutes)
     python bench/expert_success.py --config configs/warm_up/book_flight.yaml --tasks book-flight book-flight-nodelay
     python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
+    python bench/expert_success.py --config configs/workflows.yaml --tasks workflows   # the workflows' experts
 
 Each expert plays its task through the environment server and the episode loop that training uses, reading the page
 as the prompt shows it, with the episode settings a recipe file gives (`--config`: its max_turns, max_page_chars and
@@ -21,12 +22,12 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
 from browser_rl.evaluation import wilson_interval
 from browser_rl.metrics import setup_logging
-from browser_rl.options import EpisodeArguments, ServerArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.prompts import ChatTurns, compact_page
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
 from warm_start.demonstrations import Demonstration
-from warm_start.experts import EXPERTS, expert_policy
+from warm_start.experts import EXPERTS, expert_policy, known_experts
 from warm_start.record import record
 from warm_start.tiny_lfm2 import build_tokenizer
 
@@ -35,7 +36,10 @@ FIRST_SEED = 3_000_000
 
 @dataclass
 class BenchArguments:
-    tasks: list[str] = field(default_factory=lambda: sorted(EXPERTS), metadata={"help": "tasks with an expert"})
+    tasks: list[str] = field(
+        default_factory=lambda: sorted(EXPERTS), metadata={"help": "tasks with an expert, or a preset of them"}
+    )
+    task_modules: list[str] = field(default_factory=list, metadata={"help": "modules of own tasks with experts"})
     episodes: int = 100
     first_seed: int = FIRST_SEED
     show_failures: bool = field(default=False, metadata={"help": "print the last page of each failed episode"})
@@ -61,8 +65,10 @@ def similarity_groups() -> dict[str, int]:
 def main() -> None:
     setup_logging()
     args, given = parse_command_line([BenchArguments, EpisodeArguments], from_file=[EpisodeArguments])
-    if unknown := set(args.tasks) - set(EXPERTS):
-        raise SystemExit(f"no expert for {', '.join(sorted(unknown))}; experts: {', '.join(sorted(EXPERTS))}")
+    args.tasks = list(TaskArguments(task_modules=args.task_modules, tasks=args.tasks).task_weights())
+    experts = known_experts()
+    if unknown := set(args.tasks) - set(experts):
+        raise SystemExit(f"no expert for {', '.join(sorted(unknown))}; experts: {', '.join(sorted(experts))}")
     settings = episode_settings.resolve(given, None, "").settings
     print(f"episode settings: {settings.describe()}")
     tokenizer = build_tokenizer()
@@ -81,7 +87,7 @@ def main() -> None:
             reasons = Counter(failure(d) for d in played if not d.solved)
             turns = [len(d.turns) for d in played]
             pages = max(len(compact_page(turn.page)) for d in played for turn in d.turns)
-            rows.append((task, groups[task], solved, len(played), low, high, turns, pages, reasons))
+            rows.append((task, groups.get(task, "own"), solved, len(played), low, high, turns, pages, reasons))
             print(f"{task}: {solved}/{len(played)} in {time.perf_counter() - start:.0f}s; longest page {pages} chars")
             if args.show_failures:
                 for d in (d for d in played if not d.solved):

@@ -7,13 +7,17 @@ of results, a dialog that came up. Where what it needs is not on the page it is 
 """
 
 import calendar
+import importlib.util
 import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from browser_rl.generation import written
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import Episode, Policy
 from warm_start.page_tree import Node, find, nodes, quoted, texts_under
+from web_env import task_modules
 
 # The expert's actions so far, each with the error it raised ("" if none), as the policy's messages tell them.
 History = list[tuple[str, str]]
@@ -233,12 +237,34 @@ EXPERTS: dict[str, Expert] = {
 }
 
 
+def known_experts() -> dict[str, Expert]:
+    """The experts above, and those of the task modules this process loaded: a task module's folder may hold an
+    `expert.py` whose EXPERTS maps its tasks' ids to their experts (workflows/clinic/expert.py). They run here, on the
+    recording side; the environment server, which loads the task modules, never imports them."""
+    experts = dict(EXPERTS)
+    for module in task_modules.loaded_modules():
+        beside = Path(module if module.endswith(".py") else sys.modules[module].__file__).with_name("expert.py")
+        if beside.is_file():
+            experts.update(_load_experts(beside))
+    return experts
+
+
+def _load_experts(path: Path) -> dict[str, Expert]:
+    name = f"{path.parent.name}_expert"  # each folder's expert.py, a module of its own
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name].EXPERTS
+
+
 def expert_policy(chat: ChatTurns) -> Policy:
     """A policy that replies to each episode with its task's expert's action, reading the page through `chat`
     exactly as the prompt shows it."""
+    experts = known_experts()
 
     def reply(episode: Episode) -> str:
         history = list(zip(episode.actions, episode.errors, strict=True))
-        return EXPERTS[episode.task_name](episode.observation.goal, chat.page(episode.observation), history)
+        return experts[episode.task_name](episode.observation.goal, chat.page(episode.observation), history)
 
     return lambda episodes: [written(chat.tokenizer, reply(episode)) for episode in episodes]

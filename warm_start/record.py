@@ -29,7 +29,7 @@ from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import ServerPool, open_server_pool
 from warm_start.demonstrations import Demonstration, of_episode, save
-from warm_start.experts import EXPERTS, expert_policy
+from warm_start.experts import expert_policy, known_experts
 from warm_start.plans import PLANS, REPLY_MIXES, Replies, choosing, plan
 
 log = logging.getLogger("record")
@@ -72,7 +72,7 @@ def record_mix(
 
 def main(argv: list[str] | None = None) -> None:
     args, tasks, episodes, servers, model_args = parse_command_line(OPTIONS, argv)
-    scripted = PLANS if args.replies else EXPERTS
+    scripted = PLANS if args.replies else known_experts()
     if args.replies is not None and args.replies not in REPLY_MIXES:
         raise ConfigError(f"replies: {args.replies!r} is not one of {', '.join(sorted(REPLY_MIXES))}")
     if missing := sorted(set(tasks.task_weights()) - set(scripted)):
