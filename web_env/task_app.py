@@ -52,18 +52,18 @@ def serve_app(page, folder: Path, backend=None) -> str:
     origin = app_origin(root)
     pattern = f"{origin}/**"
     page.context.unroute(pattern)  # the last episode's backend goes
-    page.context.route(pattern, lambda route: answer(route, root, backend))
+    page.context.route(pattern, lambda route: answer(route, root, backend, page.context))
     return origin + "/"
 
 
-def answer(route, root: Path, backend) -> None:
+def answer(route, root: Path, backend, context) -> None:
     """A file of the folder, or the backend's answer. A redirect is followed here, to the answer it leads to (at the
     URL the page asked for): Chromium does not follow a redirect that an intercepted request is answered with. As a
     browser does, the request it leads to carries the cookie the redirect set (a sign-in's session), and the page
     gets that cookie too."""
     request = route.request
     method, url, body = request.method, urlsplit(request.url), request.post_data_buffer or b""
-    headers = request.all_headers()  # with the page's cookies, which `request.headers` leaves out
+    headers = {**request.headers, "cookie": page_cookies(context, request.url)}
     set_cookie = None
     for _ in range(MAX_REDIRECTS + 1):
         response = file_answer(root, unquote(url.path)) or backend_answer(backend, method, url, body, headers)
@@ -72,13 +72,19 @@ def answer(route, root: Path, backend) -> None:
             break
         if cookie := response["headers"].get("set-cookie"):
             set_cookie = cookie
-            sent = [c for c in headers.get("cookie", "").split("; ") if c and c.split("=")[0] != cookie.split("=")[0]]
+            sent = [c for c in headers["cookie"].split("; ") if c and c.split("=")[0] != cookie.split("=")[0]]
             headers = {**headers, "cookie": "; ".join([*sent, cookie.split(";")[0]])}
         url = urlsplit(urljoin(url.geturl(), location))
         method, body = "GET", b""
     if set_cookie and "set-cookie" not in response["headers"]:
         response["headers"]["set-cookie"] = set_cookie
     route.fulfill(**response)
+
+
+def page_cookies(context, url: str) -> str:
+    """The Cookie header the page's request carries, read from its context: `request.headers` leaves cookies out, and
+    `request.all_headers()`, which has them, can wait forever on an intercepted request."""
+    return "; ".join(f"{cookie['name']}={cookie['value']}" for cookie in context.cookies(url))
 
 
 def file_answer(root: Path, path: str) -> dict | None:
