@@ -1,14 +1,17 @@
-"""What an episode of your own task costs the environment: the tutorial's coffee task (docs/your_own_task.md) played
-through this project's server and through BrowserGym's own BrowserEnv, the same seeds and actions, one after the other
-in one run.
+"""What an episode of your own task costs the environment: the tutorial's coffee task (docs/your_own_task.md), or
+the three workflows (docs/workflows.md), played through this project's server and through BrowserGym's own
+BrowserEnv, the same seeds and actions, one after the other in one run.
 
-    python bench/own_task_cost.py                  # 20 episodes each
+    python bench/own_task_cost.py                  # the coffee task, 20 episodes each
     python bench/own_task_cost.py --episodes 50
+    python bench/own_task_cost.py --tasks workflows --episodes 10      # each workflow, played by its expert
 
-Each episode: a reset, then the four actions that place the goal's order (two clicks, a fill, a click), each observed.
-Environment CPU: for the server, its process and browsers (GET /cpu) plus this process, the client; for BrowserEnv,
-this process and its browsers. BrowserEnv is as BrowserGym ships it (a browser launched at each reset, half a second's
-wait before each observation).
+Each coffee episode: a reset, then the four actions that place the goal's order (two clicks, a fill, a click), each
+observed. A workflow's episode: a reset, then its expert's actions (warm_start.experts), read off the page as the
+policy reads it (cut at --max_page_chars), to the end. Environment CPU: for the server, its process and its children
+(browsers, the bill portal's process) (GET /cpu) plus this process, the client; for BrowserEnv, this process and its
+children. BrowserEnv is as BrowserGym ships it (a browser launched at each reset, half a second's wait before each
+observation); the server observes at once (settle_ms 0, the workflows' setting).
 """
 
 import argparse
@@ -20,14 +23,17 @@ from pathlib import Path
 import gymnasium as gym
 from browsergym.utils.obs import flatten_axtree_to_str
 
+from browser_rl.prompts import cut_page
+from browser_rl.tasks import parse_tasks, preset_task_modules
 from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading
+from warm_start.experts import Expert, known_experts
 from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 from web_env.server.app import process_tree_cpu_s
 
 COFFEE = Path(__file__).resolve().parents[1] / "tests" / "own_tasks" / "coffee" / "coffee_task.py"
-TASK = "order-coffee"
+MAX_TURNS = 14
 
 
 def element(axtree: str, role: str, name: str) -> str:
@@ -50,38 +56,67 @@ def order_actions(axtree: str, order: dict) -> list[str]:
     ]
 
 
-async def play_on_the_server(url: str, seeds: list[int]) -> int:
+def order_coffee(goal: str, page: str, history: list) -> str:
+    """The coffee task's expert: the next of the four actions that place the goal's order."""
+    return order_actions(page, asked_order(goal))[len(history)]
+
+
+class Player:
+    """A task's expert playing it: the next action for an observation, and the episode's actions so far."""
+
+    def __init__(self, expert: Expert, max_page_chars: int):
+        self.expert, self.max_page_chars, self.history = expert, max_page_chars, []
+
+    def next_action(self, goal: str, axtree: str, error: str) -> str:
+        if self.history:
+            self.history[-1] = (self.history[-1][0], error)
+        action = self.expert(goal, cut_page(axtree, self.max_page_chars), self.history)
+        self.history.append((action, ""))
+        return action
+
+
+async def play_on_the_server(url: str, task: str, seeds: list[int], expert: Expert, max_page_chars: int) -> int:
     solved = 0
     async with BrowserGymEnv(base_url=url) as env:
         for seed in seeds:
-            observation = (await env.reset(task_name=TASK, seed=seed)).observation
-            for action in order_actions(observation.axtree_txt, asked_order(observation.goal)):
+            observation = (await env.reset(task_name=task, seed=seed, settle_ms=0)).observation
+            player = Player(expert, max_page_chars)
+            for _ in range(MAX_TURNS):
+                action = player.next_action(observation.goal, observation.axtree_txt, observation.error)
                 result = await env.step(BrowserGymAction(action_str=action))
+                observation = result.observation
+                if result.done:
+                    break
             solved += result.done and result.reward == 1.0
     return solved
 
 
-def server_figures(seeds: list[int]) -> dict:
+def server_figures(task: str, seeds: list[int], expert: Expert, max_page_chars: int) -> dict:
     with LocalEnvServer(max_sessions=1, server_args=["--browsers", "1"]) as server:
-        asyncio.run(play_on_the_server(server.url, seeds[:1]))  # the browser launched and the page made: not counted
+        # The browser launched and the page made: not counted
+        asyncio.run(play_on_the_server(server.url, task, seeds[:1], expert, max_page_chars))
         # The client: this process alone (the server is its child, counted by its own GET /cpu).
         before, client_before, started = cpu_reading(server.url), time.process_time(), time.perf_counter()
-        solved = asyncio.run(play_on_the_server(server.url, seeds))
+        solved = asyncio.run(play_on_the_server(server.url, task, seeds, expert, max_page_chars))
         wall = time.perf_counter() - started
         after, client = cpu_reading(server.url), time.process_time() - client_before
     server_cpu = after[0] - before[0]
     return {"solved": solved, "cpu_s": server_cpu + client, "client_cpu_s": client, "wall_s": wall}
 
 
-def browsergym_figures(seeds: list[int]) -> dict:
-    env = gym.make(f"browsergym/{TASK}")
+def browsergym_figures(task: str, seeds: list[int], expert: Expert, max_page_chars: int) -> dict:
+    env = gym.make(f"browsergym/{task}")
     try:
         solved, before, started = 0, process_tree_cpu_s(), time.perf_counter()
         for seed in seeds:
             observation, _info = env.reset(seed=seed)
-            axtree = flatten_axtree_to_str(observation["axtree_object"])
-            for action in order_actions(axtree, asked_order(observation["goal"])):
+            player = Player(expert, max_page_chars)
+            for _ in range(MAX_TURNS):
+                axtree = flatten_axtree_to_str(observation["axtree_object"])
+                action = player.next_action(observation["goal"], axtree, observation["last_action_error"])
                 observation, reward, terminated, _truncated, _info = env.step(action)
+                if terminated:
+                    break
             solved += terminated and reward == 1.0
         return {"solved": solved, "cpu_s": process_tree_cpu_s() - before, "wall_s": time.perf_counter() - started}
     finally:
@@ -91,20 +126,24 @@ def browsergym_figures(seeds: list[int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--tasks", nargs="+", default=["order-coffee"], help="order-coffee, or own tasks with experts")
+    parser.add_argument("--max_page_chars", type=int, default=2500, help="the page as the experts read it")
     args = parser.parse_args()
     browser_setup.prepare()
-    task_modules.load([str(COFFEE)])
+    task_modules.load([str(COFFEE), *preset_task_modules(args.tasks)])
+    experts = {**known_experts(), "order-coffee": order_coffee}
     seeds = list(range(args.episodes))
-    ours = server_figures(seeds)
-    theirs = browsergym_figures(seeds)
     n = args.episodes
-    print(f"{TASK}, {n} episodes of 4 actions each (a reset and 4 observed steps)")
-    print(f"{'':<26}{'solved':>8}{'CPU-s/episode':>15}{'wall s/episode':>16}")
-    for name, figures in [("this server", ours), ("BrowserGym's BrowserEnv", theirs)]:
-        print(f"{name:<26}{figures['solved']:>5}/{n}{figures['cpu_s'] / n:>15.3f}{figures['wall_s'] / n:>16.2f}")
-    print(f"this server's client (in the figure above): {ours['client_cpu_s'] / n:.3f} CPU-s/episode")
-    cpu, wall = ours["cpu_s"] / theirs["cpu_s"], ours["wall_s"] / theirs["wall_s"]
-    print(f"this server against BrowserEnv: {cpu:.2f}x the CPU, {wall:.2f}x the wall time")
+    for task in parse_tasks(args.tasks):
+        ours = server_figures(task, seeds, experts[task], args.max_page_chars)
+        theirs = browsergym_figures(task, seeds, experts[task], args.max_page_chars)
+        print(f"{task}, {n} episodes (a reset and each action observed)")
+        print(f"{'':<26}{'solved':>8}{'CPU-s/episode':>15}{'wall s/episode':>16}")
+        for name, figures in [("this server", ours), ("BrowserGym's BrowserEnv", theirs)]:
+            print(f"{name:<26}{figures['solved']:>5}/{n}{figures['cpu_s'] / n:>15.3f}{figures['wall_s'] / n:>16.2f}")
+        print(f"this server's client (in the figure above): {ours['client_cpu_s'] / n:.3f} CPU-s/episode")
+        cpu, wall = ours["cpu_s"] / theirs["cpu_s"], ours["wall_s"] / theirs["wall_s"]
+        print(f"this server against BrowserEnv: {cpu:.2f}x the CPU, {wall:.2f}x the wall time", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,175 @@
+"""The three workflows of workflows/ (book-clinic, pay-bills, shop-checkout), tasks of task modules as a user writes
+them: thousands of seeded instances; their experts solve them through a real server, reading what the policy reads;
+a wrong action ends them unpaid; the bill portal, a server process shared by every episode, keeps each session to its
+own tenant and ends with the process that started it; the checker passes them (slow)."""
+
+import json
+import re
+import subprocess
+import sys
+from contextlib import closing
+
+import pytest
+
+import warm_start.experts
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.prompts import ChatTurns
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
+from browser_rl.tasks import PRESETS, preset_task_modules
+from env_client import LocalEnvServer
+from helpers import ROOT, alive, wait_for
+from warm_start.experts import expert_policy, known_experts
+from warm_start.record import record
+from web_env import task_modules
+from web_env.server import browser_setup, check_tasks
+from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
+
+WORKFLOWS = PRESETS["workflows"]
+MODULES = preset_task_modules(["workflows"])
+SETTINGS = EpisodeSettings(max_turns=14, max_page_chars=2500)  # configs/workflows.yaml's
+
+
+@pytest.fixture(scope="module")
+def workflows_server():
+    task_modules.load(MODULES)
+    with LocalEnvServer(max_sessions=6, server_args=["--browsers", "1"]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def bills_env():
+    """Sessions of the server's environment in this process, with the pay-bills module."""
+    browser_setup.prepare()
+    task_modules.load(MODULES)
+    pool, sessions = BrowserPool(1), []
+
+    def session() -> BrowserTaskEnvironment:
+        sessions.append(BrowserTaskEnvironment(pool))
+        return sessions[-1]
+
+    yield session
+    for env in sessions:
+        env.close()
+
+
+def instance_of(task: str, seed: int) -> str:
+    """What a seed decides, without a browser: the drawn instance's data."""
+    made = task_modules.task_maker(task)(seed=seed)
+    drawn = {
+        "book-clinic": lambda: (made.instance.goal(made.patient), made.instance.answer),
+        "pay-bills": lambda: (made.customer, made.goal_bills),
+        "shop-checkout": lambda: (made.products, made.order),
+    }[task]()
+    return json.dumps(drawn, default=repr, sort_keys=True)
+
+
+def test_each_workflow_draws_a_distinct_instance_per_seed_and_the_same_one_again():
+    task_modules.load(MODULES)
+    for task in WORKFLOWS:
+        instances = {instance_of(task, seed) for seed in range(200)}
+        assert len(instances) == 200, f"{task}: {len(instances)} distinct instances of 200 seeds"
+        assert instance_of(task, 7) == instance_of(task, 7)
+
+
+def test_the_experts_solve_each_workflow_through_the_server_in_6_to_15_actions_on_pages_that_fit(
+    workflows_server, tokenizer
+):
+    specs = [(task, seed) for task in WORKFLOWS for seed in (1_000_001, 1_000_002)]
+    with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
+        played = record(runner, specs, expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
+    for demonstration in played:
+        label = f"{demonstration.task} seed {demonstration.seed}"
+        assert demonstration.solved, f"{label}: {[turn.reply for turn in demonstration.turns]}"
+        assert 6 <= len(demonstration.turns) <= 15, label
+        assert all("[... page truncated]" not in turn.page for turn in demonstration.turns), label
+
+
+def misread(goal: str, task: str) -> str:
+    """The goal with one detail wrong, as a policy that misread it would pursue it: the patient's phone, a payment's
+    date, the quantity."""
+    if task == "book-clinic":
+        return goal.replace("phone 555-", "phone 556-")
+    if task == "pay-bills":
+        return goal.replace(" on 2026-12-", " on 2026-11-")
+    return re.sub(r"^Buy (\d)", lambda found: f"Buy {int(found[1]) + 1}", goal)
+
+
+@pytest.mark.parametrize("task", WORKFLOWS)
+def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(
+    workflows_server, tokenizer, task, monkeypatch
+):
+    expert = known_experts()[task]
+    misreading = {task: lambda goal, page, history: expert(misread(goal, task), page, history)}
+    monkeypatch.setattr(warm_start.experts, "known_experts", lambda: misreading)
+    with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
+        (episode,) = runner.run([(task, 1_000_003)], expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
+    quantity = int(episode.first_observation.goal.split()[1]) if task == "shop-checkout" else 0
+    wrong_value = {"book-clinic": "'556-", "pay-bills": "'2026-11-", "shop-checkout": f", '{quantity + 1}')"}[task]
+    assert any(wrong_value in (action or "") for action in episode.actions), episode.actions
+    assert episode.done and episode.env_reward == 0.0, episode.actions
+
+
+def test_sessions_of_the_bill_portal_at_once_see_only_their_own_tenant_and_pages_cannot_reach_the_tenants_api(
+    bills_env,
+):
+    first, second = bills_env(), bills_env()
+    tenants = {}
+
+    def remember_tenant(name):
+        return lambda task, page: tenants.update({name: task.tenant})
+
+    goal = first.reset(task_name="pay-bills", seed=11).goal
+    assert second.reset(task_name="pay-bills", seed=11).goal == goal  # the same customer, at once
+    first.act_with(remember_tenant("first"))
+    second.act_with(remember_tenant("second"))
+    assert tenants["first"] != tenants["second"]
+    solved = first.act_with(lambda task, page: task.cheat(page, []))
+    assert (solved.reward, solved.done) == (1.0, True)
+
+    # The second session signs in as the same customer: none of the first's payments, and no reward.
+    def sign_in(task, page):
+        page.get_by_label("User name").fill(task.customer["user"])
+        page.get_by_label("Password").fill(task.customer["password"])
+        page.get_by_role("button", name="Sign in").click()
+
+    observation = second.act_with(sign_in)
+    assert "Your accounts" in observation.axtree_txt and "Payment of" not in observation.axtree_txt
+    assert (observation.reward, observation.done) == (0.0, False)
+
+    # Its page asks for the first tenant's data, by the tenants' API and by naming the tenant: it gets its own site.
+    def reach_other_tenant(task, page):
+        tenants["api"] = page.evaluate(f"fetch('/tenants/{tenants['first']}').then(r => r.text())")
+        tenants["header"] = page.evaluate(
+            f"fetch('/accounts', {{headers: {{'X-Tenant': '{tenants['first']}'}}}}).then(r => r.text())"
+        )
+
+    second.act_with(reach_other_tenant)
+    assert "payments" not in tenants["api"] and "Payment of" not in tenants["header"]
+    assert "Your accounts" in tenants["header"]  # its own accounts, signed in: the header was the proxy's
+
+
+def test_the_bill_portal_ends_with_the_process_that_started_it():
+    started = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, 'workflows/bills'); import bills_task; bills_task.portal_address(); "
+            "print(bills_task._portal['process'].pid)",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    portal = int(started.stdout.split()[-1])
+    assert wait_for(lambda: not alive(portal), timeout_s=10), "the portal outlived the process that started it"
+
+
+@pytest.mark.slow
+def test_the_checker_passes_the_three_workflows(capsys):
+    status = check_tasks.main([*MODULES, "--seeds", "2", "--random_actions", "5"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert out.strip().endswith("3 task(s): all checks passed")
