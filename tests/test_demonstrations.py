@@ -52,8 +52,9 @@ def test_a_demonstration_renders_as_the_live_episode_that_played_it(env_server, 
     }
     enter_text = next(e for e in episodes if e.task_name == "enter-text")
     assert "bid" in enter_text.errors[0] and enter_text.actions[1:3] == [None, None]
-    save([of_episode(e, DEFAULTS) for e in episodes], tmp_path / "demos.jsonl")
-    recorded = load(tmp_path / "demos.jsonl")
+    demos = tmp_path / "outputs" / "demonstrations" / "demos.jsonl"  # its folder made as it is written
+    save([of_episode(e, DEFAULTS) for e in episodes], demos)
+    recorded = load(demos)
     chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
     for episode, demonstration in zip(episodes, recorded, strict=True):
         offline = replay(demonstration, chat)

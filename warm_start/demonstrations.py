@@ -102,6 +102,8 @@ def of_episode(episode: Episode, settings: EpisodeSettings) -> Demonstration:
 
 
 def save(demonstrations: list[Demonstration], path: str | Path) -> None:
+    """Writes the demonstrations as JSON lines, making the file's folder (outputs/demonstrations/ in a fresh clone)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as file:
         file.writelines(demonstration.model_dump_json() + "\n" for demonstration in demonstrations)
 
