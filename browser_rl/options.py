@@ -263,6 +263,13 @@ class WarmUpArguments:
 
     demonstrations: str = field(metadata={"help": "demonstrations file (JSON lines, warm_start.demonstrations)"})
     keep_failed: bool = field(default=False, metadata={"help": "learn the unsuccessful episodes too"})
+    task_modules: list[str] = field(
+        default_factory=list,
+        metadata={"help": "the modules of your own tasks that the demonstrations play, whose task ids they name"},
+    )
+
+    def __post_init__(self):
+        task_modules.load(self.task_modules)
 
 
 @dataclass

@@ -66,7 +66,7 @@ class Demonstration(BaseModel):
     @classmethod
     def known_task(cls, task: str) -> str:
         if task not in known_tasks():
-            raise ValueError(f"unknown task {task!r}")
+            raise ValueError(f"unknown task {task!r} (a task of your own? name its module in task_modules)")
         return task
 
     @field_validator("settings", mode="before")
