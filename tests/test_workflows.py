@@ -54,11 +54,12 @@ def bills_env():
 
 
 def instance_of(task: str, seed: int) -> str:
-    """What a seed decides, without a browser: the drawn instance's data."""
+    """What a seed decides of the app's data, without a browser: the clinics' slots, the accounts' bills, the shop's
+    products, and what the goal asks of them."""
     made = task_modules.task_maker(task)(seed=seed)
     drawn = {
-        "book-clinic": lambda: (made.instance.goal(made.patient), made.instance.answer),
-        "pay-bills": lambda: (made.customer, made.goal_bills),
+        "book-clinic": lambda: (made.instance.clinics, made.instance.slots, made.instance.answer),
+        "pay-bills": lambda: (made.customer["accounts"], made.goal_bills),
         "shop-checkout": lambda: (made.products, made.order),
     }[task]()
     return json.dumps(drawn, default=repr, sort_keys=True)
