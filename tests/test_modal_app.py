@@ -174,6 +174,7 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
     calls = cloud.calls
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(modal_app, "train_remote", cloud)
+    monkeypatch.setattr(task_modules, "_loaded", {})  # as in `modal run`'s own process: modules earlier tests loaded go
     modal_app.main.info.raw_f(config="config.yaml", use_peft=True, run_name="")
 
     config_yaml, run_name, extra_args = calls["remote"]
