@@ -66,7 +66,7 @@ class Clinic:
 
 
 class Instance:
-    """One seed's clinics, slots, goal and patient; drawn again until it holds every trap (see `traps`)."""
+    """One seed's clinics, doctors, slots and goal; drawn again until it holds every trap (see `traps`)."""
 
     def __init__(self, random):
         self.random = random
