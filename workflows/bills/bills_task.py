@@ -141,10 +141,7 @@ class PayBills(AbstractBrowserTask):
         them (another bill, amount or date, or one made twice) ends it unpaid at once."""
         state = self.state()
         payments = state["payments"]
-        wrong = any(p not in self.expected for p in payments) or len(payments) > len(
-            {json.dumps(p, sort_keys=True) for p in payments}
-        )
-        if wrong:
+        if any(p not in self.expected or payments.count(p) > 1 for p in payments):
             return 0.0, True, "", {}
         if not state["signed_out"]:
             return 0.0, False, "", {}
