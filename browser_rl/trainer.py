@@ -69,6 +69,18 @@ class RecipeTrainer(GRPOTrainer):
             self.phases.load(checkpoint)
 
 
+def score_only_the_replies_on_cpu() -> None:
+    """TRL's fused LM head projects only the positions the loss scores (the replies' tokens) on a Triton device, and
+    every position elsewhere, so that a compiling device (XLA, Neuron) sees the same shapes every batch. A CPU compiles
+    nothing, and there projecting every prompt token through the vocabulary-wide head (49,152 wide for SmolLM2) was a
+    third of a GRPO step's training time (docs/real_model.md). The positions scored, and so what is learned, are the
+    same: the others' log-probabilities are zeroed either way."""
+    from trl.trainer import utils
+
+    on_triton = utils._use_triton
+    utils._use_triton = lambda device: device.type == "cpu" or on_triton(device)
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     """The newest checkpoint in output_dir that was written to the end. The trainer writes trainer_state.json
     last (after every rank's part: RecipeTrainer), so a run killed while saving leaves a checkpoint without one,

@@ -85,6 +85,14 @@ def optional_web_interface():
     assert importing + "except ModuleNotFoundError:" in source
 
 
+def fused_lm_head_compaction():
+    from trl.trainer import utils
+
+    source = inspect.getsource(utils.add_fused_lm_head)
+    assert "compact = _use_triton(hidden_states.device)" in source and "hidden_states[mask] if compact" in source
+    assert list(inspect.signature(utils._use_triton).parameters) == ["device"]
+
+
 def trainer_method(name: str):
     def check():
         from trl import GRPOTrainer
@@ -109,6 +117,7 @@ CHECKS = {
     "browsergym.core.observation.extract_*": a_devtools_session_per_extraction,
     "playwright._impl._sync_base.inspect": playwright_call_stacks("_sync_base"),
     "playwright._impl._connection.inspect": playwright_call_stacks("_connection"),
+    "trl.trainer.utils._use_triton": fused_lm_head_compaction,
     "vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm": vllm_cpu_linear_dispatch,
     "openenv.core.containers.runtime.modal_provider._DefaultModalAdapter": modal_sdk_adapter,
     "trl.GRPOTrainer._generate_and_score_completions": trainer_method("_generate_and_score_completions"),

@@ -173,3 +173,40 @@ def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_serv
         if "reward" in row:
             shares = [row[f"tasks/{task}/probability"] for task in tasks]
             assert math.isclose(sum(shares), 1.0) and 0.0 <= row["groups/same_reward_share"] <= 1.0
+
+
+def test_on_the_cpu_the_lm_head_projects_the_replies_alone_to_the_same_log_probs_and_gradients(tiny_model, monkeypatch):
+    """TRL's fused LM head (what GRPO's loss calls) projects every position on a CPU unless told otherwise; told to
+    project only the scored ones, it gives the same log-probabilities and the same gradients."""
+    from trl.kernels import chunked_logprob
+    from trl.trainer import utils
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    utils.add_fused_lm_head(model)
+    input_ids = torch.randint(20, model.config.vocab_size, (3, 40), generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, :7] = 0  # left padding, as a prompt shorter than the batch's longest has
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    labels[:, :-6] = -100  # the replies: the last 6 positions
+    projected = []
+    project = utils._ChunkedLogProbFunction.apply
+    monkeypatch.setattr(
+        utils._ChunkedLogProbFunction, "apply", lambda h, *a: projected.append(len(h)) or project(h, *a)
+    )
+
+    def scored():
+        model.zero_grad()
+        out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, fused_lm_head=True)
+        (out.log_probs * torch.linspace(0.5, 1.5, 39)).sum().backward()
+        return out.log_probs.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    monkeypatch.setattr(utils, "_use_triton", chunked_logprob._use_triton)  # TRL's own choice, restored after
+    every_position = scored()
+    train.score_only_the_replies_on_cpu()
+    replies_only = scored()
+
+    assert projected == [3 * 39, 3 * 6]  # labels shift by one: 39 positions a row, 6 of them scored
+    torch.testing.assert_close(replies_only[0], every_position[0])
+    assert every_position[0].abs().sum() > 0
+    for name, grad in every_position[1].items():
+        torch.testing.assert_close(replies_only[1][name], grad, msg=name)

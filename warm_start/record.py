@@ -23,6 +23,7 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
+from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
 from browser_rl.prompts import ChatTurns
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     if not model_args.model_name_or_path:
         raise ConfigError("model_name_or_path: the policy whose tokenizer renders the episodes")
     settings = episode_settings.resolve(episodes, None, args.demonstrations).settings
-    tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
+    policy = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
+    tokenizer = AutoTokenizer.from_pretrained(policy, revision=model_args.model_revision)
     seeds = range(args.first_seed, args.first_seed + args.episodes)
     log.info("recording with %s", settings.describe())
     with contextlib.ExitStack() as stack:

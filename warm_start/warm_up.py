@@ -31,6 +31,7 @@ from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import missing_model
+from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, WarmUpArguments
 from browser_rl.prompts import ChatTurns
@@ -97,6 +98,7 @@ def longest_row(model_name_or_path: str, revision: str | None = None) -> int:
 def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig, model_args: ModelConfig) -> str:
     if missing := missing_model(model_args.model_name_or_path):
         raise ConfigError(f"model_name_or_path: {missing}")
+    model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     demonstrations = load(args.demonstrations, keep_failed=args.keep_failed)
     settings = episode_settings.resolve(episodes, made_with(demonstrations, args.demonstrations), args.demonstrations)
     for overridden in settings.overridden:
