@@ -12,7 +12,7 @@ from web_env.models import BrowserGymObservation
 
 # The version of what this module writes around the page: a model trained on one version is played with it
 # (browser_rl.episode_settings). Raise it whenever the system prompt, the messages or the page's compaction change.
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2
 
 # The observation's fields the messages read: at reset a server is asked for these alone.
 OBSERVATION_FIELDS = ["goal", "axtree_txt", "error"]

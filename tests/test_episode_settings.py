@@ -15,6 +15,7 @@ from browser_rl.episode_settings import DEFAULTS, SETTINGS_FILE, EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.evaluation import evaluate, report
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments, WarmUpArguments
+from browser_rl.prompts import PROMPT_VERSION
 from helpers import parse_config
 from warm_start import warm_up
 from warm_start.demonstrations import load, made_with
@@ -41,8 +42,9 @@ def test_a_setting_given_otherwise_is_refused_in_one_line_naming_both_unless_ove
 
 
 def test_a_model_made_with_another_prompt_is_refused():
-    with pytest.raises(ConfigError, match="prompt_version 1, not the 0 it was made with"):
-        resolve(EpisodeArguments(), EpisodeSettings(prompt_version=0), "m")
+    earlier = PROMPT_VERSION - 1
+    with pytest.raises(ConfigError, match=f"prompt_version {PROMPT_VERSION}, not the {earlier} it was made with"):
+        resolve(EpisodeArguments(), EpisodeSettings(prompt_version=earlier), "m")
 
 
 def demonstrations_file(path, settings: list[dict | None]):
@@ -62,7 +64,7 @@ def demonstrations_file(path, settings: list[dict | None]):
     return path
 
 
-AT_3000 = {"max_turns": 10, "max_page_chars": 3000, "settle_ms": 0, "prompt_version": 1}
+AT_3000 = {"max_turns": 10, "max_page_chars": 3000, "settle_ms": 0, "prompt_version": PROMPT_VERSION}
 
 
 def test_demonstrations_say_what_they_were_played_with_all_of_it_and_all_alike(tmp_path):

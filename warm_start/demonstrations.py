@@ -5,7 +5,7 @@ A demonstrations file is JSON lines, one episode per line, in format version 1:
     {"version": 1, "task": "enter-text", "seed": 2000000, "goal": "Enter \\"Kay\\" into the text field ...",
      "turns": [{"page": "<accessibility tree>", "reply": "fill('14', 'Kay')", "error": ""}, ...],
      "done": true, "reward": 1.0, "raw_reward": 1.0,
-     "settings": {"max_turns": 10, "max_page_chars": 2000, "settle_ms": 0, "prompt_version": 1}}
+     "settings": {"max_turns": 10, "max_page_chars": 2000, "settle_ms": 0, "prompt_version": 2}}
 
 Each turn holds the page the policy was shown before replying (BrowserGym's `axtree_txt`, as the server sent it:
 the prompt compacts and cuts it), the reply as written, the error its action raised ("" if none) and, optionally,

@@ -3,7 +3,7 @@
     python -m warm_start.tiny_lfm2 --output .cache/tiny-lfm2
 
 It has LFM2's architecture (convolution and attention layers with the real layer names), LFM2's chat
-template and special-token ids, and a byte-level BPE vocabulary of 592 tokens (all its small corpus, the
+template and special-token ids, and a byte-level BPE vocabulary of 466 tokens (all its small corpus, the
 action reference and a page, gives), so every code path of the recipe runs on it in seconds, vLLM's included.
 It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a
 convolution, then attention), 64 wide by default (the learning benchmark builds a 256-wide one with four layers),

@@ -66,8 +66,17 @@ def action_code(action_str: str) -> str:
 
 
 def describe_actions() -> str:
-    """The action reference shown to the model, written by BrowserGym from the functions themselves."""
-    return ACTION_SET.describe(with_long_description=False, with_examples=True)
+    """The action reference shown to the model: one line per allowed action, its signature written plainly (names
+    and defaults, no types) and BrowserGym's first example of it. BrowserGym's own reference (ACTION_SET.describe:
+    every type in full, up to three examples each) was 570 tokens of SmolLM2's, this one is 229: a prompt's tokens
+    are paid by every episode's every forward and backward pass (docs/real_model.md)."""
+    lines = []
+    for function in ACTION_FUNCTIONS:
+        parameters = inspect.signature(function).parameters.values()
+        plain = ", ".join(p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in parameters)
+        example = ACTION_SET.action_set[function.__name__].examples[0]
+        lines.append(f"{function.__name__}({plain}), e.g. {example}")
+    return "Actions:\n" + "\n".join(lines)
 
 
 def acted_on(action_str: str) -> str | None:
