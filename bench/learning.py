@@ -3,6 +3,7 @@
     python bench/learning.py            # the benchmark: six page-reading tasks, curriculum against uniform, LoRA
     python bench/learning.py --start outputs/copying/model   # the same from an existing bench/copying.py model
     python bench/learning.py --quick    # the short version CI runs: click-test; fails unless success went up
+    python bench/learning.py --quick --seed 1 --output_dir outputs/learning-1   # the same with another GRPO seed
 
 1. A starting policy that is weak but not hopeless, built honestly (bench/weak_starts.py, through the warm-up
    of warm_start): a tiny LFM2 (warm_start/tiny_lfm2.py) is
@@ -230,6 +231,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CI's version: click-test, a 64-wide model, 20 steps")
     parser.add_argument("--start", help="the full benchmark's copy-pretrained model; default: run bench/copying.py")
     parser.add_argument("--output_dir", default="outputs/learning")
+    parser.add_argument("--seed", type=int, help="the GRPO runs' seed (train.py's --seed); default: their config's")
     args = parser.parse_args()
     bench, out = (QUICK if args.quick else FULL), Path(args.output_dir)
     run_dirs = {name: out / name.replace(", ", "-").lower() for name in bench.runs}
@@ -255,7 +257,8 @@ def main() -> None:
         log.info("starting policy:\n%s", table(results, bench.tasks))
         for name, extra in bench.runs.items():
             run_dir = run_dirs[name]
-            seconds = grpo(starting_policy, bench, run_dir, url, *extra)
+            seeded = ["--seed", str(args.seed)] if args.seed is not None else []
+            seconds = grpo(starting_policy, bench, run_dir, url, *extra, *seeded)
             results[name] = measure(str(run_dir), bench, url) | {
                 "grpo_seconds": seconds,
                 "to_target": to_target(logged_steps(run_dir / METRICS_FILE), bench.tasks),
