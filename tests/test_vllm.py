@@ -157,7 +157,7 @@ def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
         "8",
         # LoRA's update starts from a zero B matrix, so it takes a higher rate to move as far in a step.
         "--learning_rate",
-        "3e-2" if lora else "1e-2",
+        "5e-2" if lora else "1e-2",
         "--lr_scheduler_type",
         "constant",
         *(["--use_peft"] if lora else []),
