@@ -75,10 +75,11 @@ def score_only_the_replies_on_cpu() -> None:
     nothing, and there projecting every prompt token through the vocabulary-wide head (49,152 wide for SmolLM2) was a
     third of a GRPO step's training time (docs/real_model.md). The positions scored, and so what is learned, are the
     same: the others' log-probabilities are zeroed either way."""
+    from trl.kernels import chunked_logprob
     from trl.trainer import utils
 
-    on_triton = utils._use_triton
-    utils._use_triton = lambda device: device.type == "cpu" or on_triton(device)
+    # TRL's own choice, read from where it is defined, so that making the trainer again changes nothing more.
+    utils._use_triton = lambda device: device.type == "cpu" or chunked_logprob._use_triton(device)
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:

@@ -98,11 +98,11 @@ def longest_row(model_name_or_path: str, revision: str | None = None) -> int:
 def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig, model_args: ModelConfig) -> str:
     if missing := missing_model(model_args.model_name_or_path):
         raise ConfigError(f"model_name_or_path: {missing}")
-    model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     demonstrations = load(args.demonstrations, keep_failed=args.keep_failed)
     settings = episode_settings.resolve(episodes, made_with(demonstrations, args.demonstrations), args.demonstrations)
     for overridden in settings.overridden:
         log.warning("rendering the demonstrations with %s (override_episode_settings)", overridden)
+    model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     max_length = config.max_length or longest_row(model_args.model_name_or_path, model_args.model_revision)
     dataset = sft_dataset(demonstrations, ChatTurns(tokenizer, settings.settings.max_page_chars), max_length)
