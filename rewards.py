@@ -1,41 +1,29 @@
 """The reward: 1.0 when an episode ends with its task solved, else 0.0, scored once per episode; and the one definition
 of solved, which the training reward, the curriculum, per-task figures, evaluation and the demonstrations all take.
 
-A MiniWoB page ends an episode with a raw reward of its own, from -1 to 1, and BrowserGym scores float(raw > 0). Some
-pages pay a wrong ending part of their reward (most of the checkboxes right, the right person's wrong phone entry, a
-colour far from the asked one, a wrong card), so BrowserGym's scoring counts those wrong endings as successes. Here an
-episode is solved when the page paid its full reward, as MiniWoB++'s binary reward counts it; where a page scores
-closeness on a continuous scale and its full reward wants a point or a colour exact (a click on a circle's exact
-centre), 0.9 of it is close enough. docs/reward_audit.md lists every page that pays a wrong ending, what the ending
-is, and why each is scored as it is; tests/test_reward_audit.py plays them.
+Solved is the page paying its full reward (web_env.scoring, which the environment server's own reward takes too), not
+BrowserGym's float(raw > 0), which pays some pages' partial credit for a wrong ending (docs/reward_audit.md).
 """
 
-FULL_REWARD = 1.0
-TOLERANCE = 1e-9  # a page's sums of fractions (1/3 + 1/3 + 1/3, 0.7 + 0.3) land a rounding error below 1.0
-# Pages that score on a continuous scale how close a point or a colour came, whose full reward wants it exact, and
-# for which MiniWoB++ says to threshold the reward (right-angle scores as its siblings do): within a tenth of the page's
-# own scale of error counts as done.
-CLOSE_ENOUGH = dict.fromkeys(
-    ["bisect-angle", "circle-center", "find-midpoint", "right-angle", "use-colorwheel", "use-colorwheel-2"], 0.9
-)
+from web_env.scoring import paid_in_full
 
 
 def solved(task: str, done: bool, reward: float, raw_reward: float | None) -> bool:
     """Whether an episode ended with its task solved: done, and the page's raw reward at the task's threshold (its
-    full reward, or CLOSE_ENOUGH's). A server that does not report the raw reward (OpenEnv's public BrowserGym one)
-    leaves BrowserGym's own scoring of `reward`, and the figures then count partial credit as it does.
+    full reward, or close enough: web_env.scoring). A server that does not report the raw reward (OpenEnv's public
+    BrowserGym one) leaves BrowserGym's own scoring of `reward`, and the figures then count partial credit as it does.
 
     Failing the task, running out of turns, and never writing a parseable action are all unsolved."""
     if not done:
         return False
     if raw_reward is None:
         return reward > 0
-    return raw_reward >= CLOSE_ENOUGH.get(task, FULL_REWARD) - TOLERANCE
+    return paid_in_full(task, raw_reward)
 
 
-def browsergym_solved(done: bool, reward: float) -> bool:
+def browsergym_solved(done: bool, browsergym_reward: float) -> bool:
     """BrowserGym's own scoring (its reward, float(raw > 0)), which published figures report: for comparison."""
-    return done and reward > 0
+    return done and browsergym_reward > 0
 
 
 def task_success(

@@ -166,7 +166,7 @@ def episode_record(episode: Episode) -> dict:
         "task_name": episode.task_name,
         "seed": episode.seed,
         "success": episode.solved,
-        "browsergym_success": browsergym_solved(episode.done, episode.env_reward),
+        "browsergym_success": browsergym_solved(episode.done, episode.browsergym_reward),
         "reward": episode.env_reward,
         "raw_reward": episode.raw_reward,
         "turns": episode.turns,

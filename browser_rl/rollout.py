@@ -45,7 +45,8 @@ class Episode:
     replies: list[str] = field(default_factory=list)
     actions: list[str | None] = field(default_factory=list)
     done: bool = False
-    env_reward: float = 0.0  # BrowserGym's, as the server sent it
+    env_reward: float = 0.0  # as the server sent it: 1.0 only for the task solved (this project's server)
+    browsergym_reward: float = 0.0  # BrowserGym's score, float(raw > 0), which pays some wrong endings: for comparison
     raw_reward: float | None = None  # the page's own, which the server reports beside it (None: a server that does not)
     out_of_context: bool = False  # ended because its context left no room for another reply
     restarted_in_page: bool | None = None  # whether the server restarted it in a loaded page (None: not said)
@@ -146,6 +147,8 @@ def add_outcome(
     action = episode.actions[-1]
     episode.observation, episode.done, episode.env_reward = observation, done, reward
     episode.raw_reward = observation.metadata.get("raw_reward")
+    # OpenEnv's public BrowserGym server sends BrowserGym's score as its reward, and nothing beside it
+    episode.browsergym_reward = observation.metadata.get("browsergym_reward", reward)
     episode.errors.append(observation.error if action is not None else "")
     episode.rewards.append(reward)
     episode.images.append(observation.page_image)

@@ -4,7 +4,8 @@ server's own sessions (web_env/server/environment.py, in this process, as bench/
 allowed actions where they reach the page's controls and with the pointer where the task scores where it lands (its
 targets have no id, or it wants a point, a path or a pointer that follows a moving shape), then scored as the server
 reports it (its observation's `raw_reward`) by rewards.solved, beside BrowserGym's own scoring, which pays them all.
-One test plays the trap through the server's wire with OpenEnv's public client."""
+The pages whose endings the allowed actions reach are played again through the server's wire, by OpenEnv's public
+client: the reward any client gets."""
 
 import math
 import re
@@ -16,6 +17,7 @@ import rewards
 from bench import restarts, reward_audit
 from helpers import ROOT
 from warm_start.page_tree import find, nodes
+from web_env import scoring
 from web_env.models import MINIWOB_TASKS, BrowserGymAction
 
 SEEDS = (0, 1, 2)
@@ -67,14 +69,15 @@ class Ending:
         )
         return tuple(box)
 
-    def scored(self) -> tuple[bool, float, float, bool]:
-        """(done, BrowserGym's reward, the page's raw reward, solved as rewards.solved says) once the page ended the
-        episode: a step that does nothing reads them, as every step does."""
+    def scored(self) -> tuple[bool, float, float, float, bool]:
+        """(done, the server's reward, BrowserGym's score, the page's raw reward, solved as rewards.solved says) once
+        the page ended the episode: a step that does nothing reads them, as every step does."""
         observation = self.act("noop(0)")
         raw = observation.metadata["raw_reward"]
         return (
             observation.done,
             observation.reward,
+            observation.metadata["browsergym_reward"],
             raw,
             rewards.solved(self.task, observation.done, observation.reward, raw),
         )
@@ -329,39 +332,74 @@ def test_a_wrong_ending_the_page_pays_scores_zero_and_the_right_one_one(session,
     for seed in SEEDS_OF.get(task, SEEDS):
         wrong = Ending(session, task, seed)
         ENDINGS[task](wrong, wrong=True)
-        done, browsergym, raw, solved = wrong.scored()
+        done, reward, browsergym, raw, solved = wrong.scored()
         assert done and raw > 0 and browsergym == 1.0, (task, seed, "the trap: the page pays", raw)
-        assert not solved, (task, seed, raw)
+        assert (solved, reward) == (False, 0.0), (task, seed, raw)
         right = Ending(session, task, seed)
         ENDINGS[task](right, wrong=False)
-        done, browsergym, raw, solved = right.scored()
-        assert done and solved and browsergym == 1.0, (task, seed, raw)
+        done, reward, browsergym, raw, solved = right.scored()
+        assert done and solved and (reward, browsergym) == (1.0, 1.0), (task, seed, raw)
 
 
-def test_through_the_wire_a_page_paying_a_wrong_ending_is_reported_and_not_solved(env_server):
-    """OpenEnv's public client plays click-checkboxes with all boxes right but one: BrowserGym's reward pays it, the
-    page's own raw reward (in the observation's metadata) says what it paid, and the recipe's scoring does not."""
-    played = 0
+class WireEnding(Ending):
+    """The same through the server's wire, by OpenEnv's public client, with the allowed actions alone: what any
+    client of the server sees."""
+
+    FIELDS = ("goal", "axtree_txt", "pruned_html")
+
+    def __init__(self, client, task: str, seed: int):
+        self.client, self.task = client, task
+        first = client.reset(task_name=task, seed=seed, fields=list(self.FIELDS)).observation
+        self.goal, self.tree, self.html = first["goal"], first["axtree_txt"], first["pruned_html"]
+
+    def act(self, action: str):
+        result = self.client.step({"action_str": action})
+        self.tree, self.html = result.observation["axtree_txt"], result.observation["pruned_html"]
+        return result
+
+    def scored(self) -> tuple[bool, float, float, float, bool]:
+        result = self.act("noop(0)")
+        metadata = result.observation["metadata"]
+        raw = metadata["raw_reward"]
+        solved = rewards.solved(self.task, result.done, result.reward, raw)
+        return result.done, result.reward, metadata["browsergym_reward"], raw, solved
+
+
+def find_greatest_by_actions(ending: WireEnding, wrong: bool) -> None:
+    """find-greatest's cards are not in the accessibility tree, but their bids are on the page (`pruned_html`): the
+    card with the greatest number, or the smallest (0.1 of the page's reward), then Submit."""
+    cards = re.findall(r'bid="(\d+)" class="card hidden"[^>]*>\s*<span[^>]*>\s*(-?\d+)', ending.html)
+    assert len(cards) == 3, ending.html
+    pick = (min if wrong else max)(cards, key=lambda card: int(card[1]))
+    ending.act(f"click('{pick[0]}')")
+    ending.submit()
+
+
+# The audited pages whose wrong and right endings the allowed actions reach, as any client of the server plays them.
+BY_ACTIONS = {
+    "click-checkboxes": checkboxes,
+    "click-checkboxes-large": checkboxes,
+    "click-checkboxes-transfer": checkboxes,
+    "find-greatest": find_greatest_by_actions,
+    "odd-or-even": odd_or_even,
+    "phone-book": phone_book,
+}
+
+
+@pytest.mark.parametrize("task", sorted(BY_ACTIONS))
+def test_through_the_wire_a_wrong_ending_the_page_pays_is_rewarded_zero_for_every_client(env_server, task):
+    """OpenEnv's public client plays each wrong ending and each right one: the server's reward is 0.0 and 1.0, what
+    rewards.solved says; BrowserGym's score (1.0 for both) and the page's raw reward are in the metadata."""
     with GenericEnvClient(base_url=env_server.url).sync() as client:
-        for seed in range(3, 20):
-            first = client.reset(task_name="click-checkboxes", seed=seed).observation
-            (listed,) = re.findall(r"Select (.*) and click Submit", first["goal"])
-            wanted = set(listed.split(", ")) - {"nothing"}
-            boxes = find(first["axtree_txt"], "checkbox")
-            if len(boxes) < 3:  # one of two boxes wrong averages 0, which BrowserGym does not pay either
-                continue
-            for n, box in enumerate(boxes):
-                if (box.name in wanted) != (n == 0):  # the first box flipped, the others as asked
-                    client.step({"action_str": f"click('{box.bid}')"})
-            result = client.step({"action_str": f"click('{find(first['axtree_txt'], 'button', 'Submit')[0].bid}')"})
-            raw = result.observation["metadata"]["raw_reward"]
-            assert (result.done, result.reward) == (True, 1.0) and 0 < raw < 1, (seed, raw, len(boxes))
-            assert not rewards.solved("click-checkboxes", result.done, result.reward, raw)
-            assert rewards.browsergym_solved(result.done, result.reward)
-            played += 1
-            if played == 2:
-                break
-    assert played == 2
+        for seed in (0, 1):
+            wrong = WireEnding(client, task, seed)
+            BY_ACTIONS[task](wrong, wrong=True)
+            done, reward, browsergym, raw, solved = wrong.scored()
+            assert done and 0 < raw < 1 and browsergym == 1.0, (task, seed, "the trap: the page pays", raw)
+            assert (reward, solved) == (0.0, False), (task, seed, raw)
+            right = WireEnding(client, task, seed)
+            BY_ACTIONS[task](right, wrong=False)
+            assert right.scored() == (True, 1.0, 1.0, pytest.approx(1.0), True), (task, seed)
 
 
 def test_the_audit_lists_every_page_that_computes_its_reward_and_the_threshold_rewards_py_uses():
@@ -371,7 +409,7 @@ def test_the_audit_lists_every_page_that_computes_its_reward_and_the_threshold_r
     paying, quiet = audit.split("## The 18 pages")[1].split("## The 7 pages")
     rows = re.findall(r"^\| `([\w-]+)` \|.*\| raw (= 1|≥ 0\.9) \|", paying, re.M)
     assert sorted(task for task, _ in rows) == sorted(ENDINGS)
-    assert {task for task, rule in rows if rule == "≥ 0.9"} == set(rewards.CLOSE_ENOUGH)
+    assert {task for task, rule in rows if rule == "≥ 0.9"} == set(scoring.CLOSE_ENOUGH)
     others = set(re.findall(r"`([\w-]+)`", quiet.split("MiniWoB pages outside")[0]))
 
     def computes(task: str) -> bool:

@@ -1,7 +1,8 @@
 """The reward: 1.0 for a solved episode, by the one definition of solved (rewards.solved), else 0.0; and the step's
 figures handed to TRL's metric log."""
 
-from rewards import CLOSE_ENOUGH, solved, task_success
+from rewards import solved, task_success
+from web_env.scoring import CLOSE_ENOUGH, episode_reward
 
 
 def scored(tasks, done, reward, raw) -> list[float]:
@@ -50,3 +51,11 @@ def test_the_step_s_figures_reach_trl_s_metric_log():
         log_metric=lambda name, value: logged.setdefault(name, value),
     )
     assert logged == figures
+
+
+def test_the_server_s_reward_is_one_only_for_the_page_paying_in_full_at_the_end():
+    assert episode_reward("click-checkboxes", done=True, raw_reward=1.0) == 1.0
+    assert episode_reward("click-checkboxes", done=True, raw_reward=0.6) == 0.0  # BrowserGym pays it
+    assert episode_reward("click-test", done=False, raw_reward=1.0) == 0.0
+    assert episode_reward("click-test", done=True, raw_reward=-1.0) == 0.0
+    assert episode_reward("circle-center", done=True, raw_reward=0.93) == 1.0

@@ -9,8 +9,8 @@ A demonstrations file is JSON lines, one episode per line, in format version 1:
 
 Each turn holds the page the policy was shown before replying (BrowserGym's `axtree_txt`, as the server sent it:
 the prompt compacts and cuts it), the reply as written, the error its action raised ("" if none) and, optionally,
-`"ended": false` for a reply the length limit cut off. `done`, `reward` (BrowserGym's) and `raw_reward` (the page's
-own; a file written by hand may leave it out, and then BrowserGym's scoring decides) are the environment's at the end;
+`"ended": false` for a reply the length limit cut off. `done`, `reward` (the server's) and `raw_reward` (the page's
+own; a file written by hand may leave it out, and then `reward` decides) are the environment's at the end;
 an episode is a success when `rewards.solved` says so. `settings` are the episode settings it was played with
 (browser_rl.episode_settings), which the recorder writes into every row and a warm-up takes from the file; a file
 written by hand may leave them out. Bad rows fail the load, each named by its line.
@@ -58,7 +58,7 @@ class Demonstration(BaseModel):
     goal: str
     turns: list[Turn] = Field(min_length=1)
     done: bool
-    reward: float = Field(description="the environment's reward at the end: BrowserGym's, float(raw > 0)")
+    reward: float = Field(description="the environment server's reward at the end")
     raw_reward: float | None = Field(default=None, description="the page's own reward at the end (rewards.py)")
     settings: EpisodeSettings | None = Field(default=None, description="the episode settings it was played with")
 

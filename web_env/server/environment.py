@@ -2,9 +2,10 @@
 few long-lived browsers without network, one browser context per session, MiniWoB's episodes restarted in the page the
 task already loaded, as an OpenEnv `Environment`.
 
-The task, its goal, the actions, their execution, the observation and the reward are BrowserGym's own; what this
-module changes is the browsers' lifecycle (see BrowserTaskEnvironment) and what an observation costs. Hosting it (the
-app, the token, the process) is app.py's job.
+The task, its goal, the actions, their execution and the observation are BrowserGym's own, and so is the page's score;
+the reward sent is 1.0 only for the task solved (web_env.scoring), with BrowserGym's score beside it. What this module
+changes is the browsers' lifecycle (see BrowserTaskEnvironment) and what an observation costs. Hosting it (the app,
+the token, the process) is app.py's job.
 """
 
 import threading
@@ -42,6 +43,7 @@ from web_env.models import (
     BrowserGymObservation,
     BrowserGymState,
 )
+from web_env.scoring import episode_reward
 from web_env.server.page_actions import run_action
 from web_env.server.scripts import page_script
 
@@ -286,9 +288,10 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
     tests/test_in_page_restart.py and bench/restarts.py compare restarts with fresh loads of the same seed over every
     task, on young and on aged pages. The observation is taken once the page is ready (after `settle_ms`, 0 by
     default, for tasks that animate; a client may pick its own at reset), with the fields a client asked for at reset
-    (all by default). The task, its goal, the actions, their execution, the observation and the reward are
-    BrowserGym's own; the common actions run in fewer round trips with the same outcome (page_actions.py), or with
-    BrowserGym's code alone where `browsergym_actions` is set.
+    (all by default). The task, its goal, the actions, their execution, the observation and the page's score are
+    BrowserGym's own, the reward is 1.0 only for the task solved (web_env.scoring); the common actions run in fewer
+    round trips with the same outcome (page_actions.py), or with BrowserGym's code alone where `browsergym_actions`
+    is set.
 
     A task of a task module (web_env.task_modules) is loaded afresh at every reset, in the same page emptied of all
     its origin stored; its actions always run with BrowserGym's own code, and a setup or validate that raises is a
@@ -417,7 +420,7 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         self._state = BrowserGymState(
             episode_id=episode_id or str(uuid4()), task_name=task_name, task_id=str(seed), goal=goal
         )
-        metadata = {"restarted_in_page": not loaded_because}
+        metadata = {"restarted_in_page": not loaded_because, "browsergym_reward": 0.0}
         if loaded_because:
             metadata["loaded_because"] = loaded_because
         if adopted:
@@ -484,14 +487,21 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         if self._settle_ms:
             self._page.wait_for_timeout(self._settle_ms)
         self._page.wait_for_load_state("domcontentloaded")
-        reward, done, _message, info = self._run_task_code(self._task.validate, self._page, [])
+        browsergym_reward, done, _message, info = self._run_task_code(self._task.validate, self._page, [])
+        # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending: the reward
+        # sent is 1.0 only for the page paying in full (web_env.scoring, docs/reward_audit.md), for every client; the
+        # page's raw reward and BrowserGym's score go beside it in the metadata. A task module's raw reward is its own.
+        raw = float(info.get("RAW_REWARD_GLOBAL", browsergym_reward))
+        reward = episode_reward(self._state.task_name, bool(done), raw)
         self._state.step_count += 1
-        self._state.cum_reward += float(reward)
-        # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending; the page's
-        # own raw reward goes with it, for the client to score (rewards.py, docs/reward_audit.md).
-        raw = float(info.get("RAW_REWARD_GLOBAL", reward))
+        self._state.cum_reward += reward
         return self._observation(
-            error=error, reward=float(reward), done=bool(done), raw_reward=raw, action_box=action_box
+            error=error,
+            reward=reward,
+            done=bool(done),
+            raw_reward=raw,
+            extra_metadata={"browsergym_reward": float(browsergym_reward)},
+            action_box=action_box,
         )
 
     def _run_task_code(self, function, *args):
