@@ -15,6 +15,13 @@ from openenv.core.generic_client import GenericEnvClient
 
 import rewards
 from bench import restarts, reward_audit
+from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.evaluation import episode_record, summarize
+from browser_rl.generation import written
+from browser_rl.metrics import episode_metrics
+from browser_rl.rollout import EpisodeRunner
+from browser_rl.servers import ServerPool
+from browser_rl.tasks import TaskSampler
 from helpers import ROOT
 from warm_start.page_tree import find, nodes
 from web_env import scoring
@@ -417,3 +424,66 @@ def test_the_audit_lists_every_page_that_computes_its_reward_and_the_threshold_r
         return not all(reward_audit.binary(argument, page) for argument in reward_audit.calls(task))
 
     assert {task for task in MINIWOB_TASKS if computes(task)} == set(ENDINGS) | others
+
+
+def checkbox_actions(goal: str, tree: str, wrong: bool) -> list[str]:
+    """click-checkboxes' boxes as asked (the first flipped when `wrong`), then Submit."""
+    (listed,) = re.findall(r"Select (.*) and click Submit", goal)
+    wanted = set(listed.split(", ")) - {"nothing"}
+    boxes = find(tree, "checkbox")
+    clicks = [box.bid for n, box in enumerate(boxes) if (box.name in wanted) != (wrong and n == 0)]
+    return [f"click('{bid}')" for bid in [*clicks, find(tree, "button", "Submit")[0].bid]]
+
+
+def test_a_partial_credit_ending_scores_zero_in_every_consumer_and_the_right_ending_one(env_server, tokenizer):
+    """click-checkboxes played by the recipe's own rollout, one seed twice: all boxes but one right (the page pays
+    part of its reward) and all right. The rollout records the page's raw reward, and the training reward (what the
+    rollout hands GRPO's step), the curriculum's success estimate, the step's per-task figures and evaluate.py's
+    records each score the wrong ending 0 and the right one 1; BrowserGym's scoring, reported beside, pays both."""
+    seed = 0
+    first = env_server_first_page(env_server, seed)
+
+    def policy(episodes):
+        if not playing:  # the first turn's batch: both episodes, in the order run() was given them
+            playing.update({id(e): wrong for e, wrong in zip(episodes, (True, False), strict=True)})
+        return [
+            written(tokenizer, checkbox_actions(first["goal"], first["axtree_txt"], playing[id(e)])[e.turns])
+            for e in episodes
+        ]
+
+    playing = {}
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=10), lockstep=True)
+    try:
+        wrong, right = runner.run([("click-checkboxes", seed)] * 2, policy)
+    finally:
+        runner.close()
+
+    assert wrong.done and 0 < wrong.raw_reward < 1 and right.raw_reward == pytest.approx(1.0)
+    assert (wrong.env_reward, right.env_reward) == (0.0, 1.0)
+    assert (wrong.solved, right.solved) == (False, True)
+    trained = rewards.task_success(
+        [None, None],
+        env_task=[wrong.task_name, right.task_name],
+        env_done=[wrong.done, right.done],
+        env_reward=[wrong.env_reward, right.env_reward],
+        env_raw_reward=[wrong.raw_reward, right.raw_reward],
+    )
+    assert trained == [0.0, 1.0]
+    estimates = []
+    for episode in (wrong, right):
+        sampler = TaskSampler({"click-checkboxes": 1.0}, curriculum=True)
+        sampler.update("click-checkboxes", [episode.outcome().solved])  # train.py updates it from the outcomes
+        estimates.append(sampler.success["click-checkboxes"])
+    assert estimates[0] < 0.5 < estimates[1]  # from the unknown task's 0.5: down for the wrong ending, up for the right
+    figures = [episode_metrics([e.outcome()])["tasks/click-checkboxes/success_rate"] for e in (wrong, right)]
+    assert figures == [0.0, 1.0]
+    records = [episode_record(wrong), episode_record(right)]
+    assert [(r["success"], r["browsergym_success"]) for r in records] == [(False, True), (True, True)]
+    summary = summarize(records)
+    assert (summary["solved"], summary["browsergym_solved"]) == (1, 2)
+
+
+def env_server_first_page(env_server, seed: int) -> dict:
+    """click-checkboxes' first page of `seed`, read by OpenEnv's public client."""
+    with GenericEnvClient(base_url=env_server.url).sync() as client:
+        return client.reset(task_name="click-checkboxes", seed=seed).observation
