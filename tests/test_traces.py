@@ -127,13 +127,17 @@ def test_the_viewer_opens_from_disk_and_steps_through_an_episode_with_its_page_a
     expect(page.locator(".task-heading")).to_contain_text("click-test 2/3 solved")
     page.locator(".episode", has_text="seed 1").click()
     expect(page.locator("#step-counter")).to_have_text("step 1 of 1")
-    loaded = page.locator("#screenshot").evaluate("img => img.complete && img.naturalWidth")
-    assert loaded == 332
+    screenshot = page.locator("#screenshot")
+    expect(screenshot).to_be_visible()
+    expect(page.locator("#no-image")).to_be_hidden()
+    assert screenshot.evaluate("img => img.complete && img.naturalWidth") == 332
+    assert screenshot.bounding_box()["width"] == pytest.approx(1.5 * 332)  # shown half as large again
     box = page.locator("#action-box")
-    expect(box).to_be_visible()  # the button the action clicked, outlined on the page, shown half as large again
+    expect(box).to_be_visible()  # the button the action clicked, outlined on the page
     drawn = box.evaluate("b => [b.offsetLeft, b.offsetTop, b.offsetWidth, b.offsetHeight]")
     trace = json.loads(next(viewer.parent.rglob("0.json")).read_text())
     assert drawn == pytest.approx([1.5 * value for value in trace["steps"][0]["box"]], abs=1)
+    assert within(box.bounding_box(), screenshot.bounding_box())
     expect(page.locator("#step-text")).to_contain_text(trace["steps"][0]["action"])
     page.locator("#next").click()
     expect(page.locator("#step-counter")).to_have_text("end (after 1 step(s))")
@@ -149,6 +153,34 @@ def test_the_viewer_opens_from_disk_and_steps_through_an_episode_with_its_page_a
     expect(page.locator("#step-counter")).to_have_text("step 2 of 2")
     expect(box).to_be_visible()
     assert errors == []
+
+
+def within(inner: dict, outer: dict) -> bool:
+    """Whether a bounding box lies inside another (to a pixel)."""
+    return (
+        inner["x"] >= outer["x"] - 1
+        and inner["y"] >= outer["y"] - 1
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
+
+
+def test_a_step_without_a_screenshot_says_so_and_shows_no_other_page(traced_episodes, chromium, tmp_path):
+    # A server that sends no page images (OpenEnv's public one): the trace's first step of seed 2 has none, its
+    # second has one. Stepping from the step with an image to the one without must not leave the first image shown.
+    trace = episode_trace(traced_episodes[1], 10_000, "episode 1")
+    trace["steps"][1]["image"] = None
+    write_trace(trace, tmp_path / TRACES_DIR / "click-test" / "1.json")
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(write_viewer(tmp_path, "no images").as_uri())
+    page.locator(".episode", has_text="seed 2").click()
+    expect(page.locator("#screenshot")).to_be_visible()
+    page.locator("#next").click()
+    expect(page.locator("#step-counter")).to_have_text("step 2 of 2")
+    expect(page.locator("#no-image")).to_be_visible()
+    expect(page.locator("#no-image")).to_have_text("no screenshot of this page")
+    expect(page.locator("#screenshot")).to_be_hidden()
+    expect(page.locator("#action-box")).to_be_hidden()
 
 
 def test_the_viewers_filters_show_a_tasks_failures_in_one_click(viewer, chromium):
