@@ -210,6 +210,10 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
     failing = {line.split()[1].rstrip(":") for line in failures}
     assert failing == {
         "coffee-ignores-seed",
+        "coffee-draws-anew",
+        "coffee-shows-the-last-order",
+        "coffee-forwards-requests",
+        "coffee-wrong-order-goes-on",
         "coffee-setup-raises",
         "coffee-backend-raises",
         "coffee-validate-raises",
@@ -218,6 +222,18 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
     }, checked.stdout
     text = "\n".join(failures)
     assert "FAIL coffee-ignores-seed: 3 seeds gave 1 distinct instance(s)" in text
+    assert (
+        "FAIL coffee-draws-anew seed 0: in a session that played before, the goal or page differs from a fresh"
+        " session's of the same seed" in text
+    )
+    assert (
+        "FAIL coffee-shows-the-last-order seed 0: in the episode after a solved one, the goal or page differs" in text
+    )
+    assert "FAIL coffee-forwards-requests: requests to another origin went through" in text
+    assert (
+        "FAIL coffee-wrong-order-goes-on seed 0: wrong ending order_the_wrong_size: reward 0.0, done False, where it"
+        " should end the episode with reward 0" in text
+    )
     assert "FAIL coffee-backend-raises seed 0: cheat did not solve it: reward 0.0, done False" in text
     assert "FAIL coffee-setup-raises: TaskError: task 'coffee-setup-raises' (seed 0): setup raised" in text
     assert "FAIL coffee-validate-raises: TaskError: task 'coffee-validate-raises' (seed 0): validate raised" in text

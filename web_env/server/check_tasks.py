@@ -7,7 +7,8 @@ For each task, on each seed, in the server's own environment (sessions on shared
 - the same seed gives the same goal and page, in a fresh session and after another episode; other seeds give other
   instances;
 - `cheat` solves it: done with reward 1.0;
-- each of the task's `wrong_endings` (functions of the task and the page that end the episode wrongly) scores 0;
+- each of the task's `wrong_endings` (functions of the task and the page that end the episode wrongly) ends the episode
+  with reward 0;
 - random actions of the allowlist never make `validate` raise;
 - two sessions at once share nothing, and an episode sees nothing of the one before it in its session: after another
   session or episode solved the same seed, the page is a fresh session's and `validate` does not pay;
@@ -184,10 +185,11 @@ def check_seed(task, seed, reference, first, second, random_actions, rng, report
         first.reset(seed=seed, task_name=task)
         ended = first.act_with(ending)
         report.check(
-            not ended.error and ended.reward == 0,
+            not ended.error and ended.done and ended.reward == 0,
             task,
             seed,
-            f"wrong ending {ending.__name__}: {ended.error or verdict(ended)}, where it should score 0",
+            f"wrong ending {ending.__name__}: {ended.error or verdict(ended)}, where it should end the episode with"
+            " reward 0",
         )
     # Random actions never make validate raise (a TaskError out of step).
     observation = first.reset(seed=seed, task_name=task)
