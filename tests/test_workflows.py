@@ -111,6 +111,61 @@ def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(
     assert episode.done and episode.env_reward == 0.0, episode.actions
 
 
+@pytest.fixture(scope="module")
+def workflows_env():
+    """Sessions of the server's environment in this process, with the workflows' modules."""
+    browser_setup.prepare()
+    task_modules.load(MODULES)
+    pool, sessions = BrowserPool(1), []
+
+    def session() -> BrowserTaskEnvironment:
+        sessions.append(BrowserTaskEnvironment(pool))
+        return sessions[-1]
+
+    yield session
+    for env in sessions:
+        env.close()
+
+
+@pytest.mark.parametrize("task", WORKFLOWS)
+def test_every_wrong_ending_a_workflow_lists_ends_it_with_reward_0_on_several_seeds(workflows_env, task):
+    env = workflows_env()
+    task_class = type(task_modules.task_maker(task)(seed=0))
+    for seed in (2_000_011, 2_000_012, 2_000_013):
+        for ending in task_class.wrong_endings:
+            env.reset(task_name=task, seed=seed)
+            ended = env.act_with(ending)
+            assert (ended.error, ended.done, ended.reward) == ("", True, 0.0), (seed, ending.__name__)
+        env.reset(task_name=task, seed=seed)
+        solved = env.act_with(lambda task, page: task.cheat(page, []))
+        assert (solved.done, solved.reward) == (True, 1.0), seed  # the same seed, done right
+
+
+def test_the_clinics_wrong_birth_date_is_never_the_patients():
+    task_modules.load(MODULES)
+    made, booked = task_modules.task_maker("book-clinic")(seed=0), []
+    made.book = lambda page, slot, patient: booked.append(patient["birth_date"])  # what it books, in place of the site
+    for birth_date in ("1970-01-01", "1988-06-28", "2004-12-15"):  # any date a seed draws (days 1 to 28)
+        made.patient["birth_date"] = birth_date
+        made.book_with_a_wrong_birth_date(None)
+        assert booked[-1] != birth_date and re.fullmatch(r"\d{4}-\d\d-\d\d", booked[-1]), booked
+
+
+def test_a_wrong_or_second_payment_ends_pay_bills_unpaid_at_once_before_signing_out(bills_env):
+    env = bills_env()
+    env.reset(task_name="pay-bills", seed=21)
+    env.act_with(lambda task, page: task.sign_in(page))
+    wrong = env.act_with(lambda task, page: task.schedule(page, task.left[0]))  # a bill the goal says to leave
+    assert (wrong.done, wrong.reward) == (True, 0.0) and "Sign out" in wrong.axtree_txt  # ended still signed in
+
+    env.reset(task_name="pay-bills", seed=21)
+    env.act_with(lambda task, page: task.sign_in(page))
+    first = env.act_with(lambda task, page: task.schedule(page, task.expected[0]))
+    assert (first.done, first.reward) == (False, 0.0)  # an expected payment: the episode goes on
+    again = env.act_with(lambda task, page: task.schedule(page, task.expected[0]))
+    assert (again.done, again.reward) == (True, 0.0) and "Sign out" in again.axtree_txt
+
+
 def test_sessions_of_the_bill_portal_at_once_see_only_their_own_tenant_and_pages_cannot_reach_the_tenants_api(
     bills_env,
 ):

@@ -172,16 +172,23 @@ class PayBills(AbstractBrowserTask):
     wrong_endings = (pay_a_mismatched_bill, pay_a_wrong_amount, pay_on_a_wrong_date, pay_twice, forget_a_bill)
 
     def pay(self, page, payments: list[dict]):
+        """Through the site as a person would: sign in, schedule each payment, sign out."""
+        self.sign_in(page)
+        for payment in payments:
+            self.schedule(page, payment)
+        page.get_by_role("link", name="Sign out").click()
+
+    def sign_in(self, page):
         page.get_by_label("User name").fill(self.customer["user"])
         page.get_by_label("Password").fill(self.customer["password"])
         page.get_by_role("button", name="Sign in").click()
-        for payment in payments:
-            kind = next(a["kind"] for a in self.customer["accounts"] if a["id"] == payment["account"])
-            page.get_by_role("link", name=f"Pay {kind} bill").click()
-            page.get_by_label("Amount ($)").fill(payment["amount"])
-            page.get_by_label("Pay on (YYYY-MM-DD)").fill(payment["date"])
-            page.get_by_role("button", name="Schedule payment").click()
-        page.get_by_role("link", name="Sign out").click()
+
+    def schedule(self, page, payment: dict):
+        kind = next(a["kind"] for a in self.customer["accounts"] if a["id"] == payment["account"])
+        page.get_by_role("link", name=f"Pay {kind} bill").click()
+        page.get_by_label("Amount ($)").fill(payment["amount"])
+        page.get_by_label("Pay on (YYYY-MM-DD)").fill(payment["date"])
+        page.get_by_role("button", name="Schedule payment").click()
 
 
 register_task("pay-bills", PayBills)

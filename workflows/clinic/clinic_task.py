@@ -277,7 +277,8 @@ class BookClinicAppointment(AbstractBrowserTask):
         self.book(page, self.instance.other_doctor or self.instance.later, self.patient)
 
     def book_with_a_wrong_birth_date(self, page):
-        self.book(page, self.instance.answer, {**self.patient, "birth_date": "1970-01-01"})
+        year_month, day = self.patient["birth_date"].rsplit("-", 1)  # days are drawn from 1 to 28: the next one differs
+        self.book(page, self.instance.answer, {**self.patient, "birth_date": f"{year_month}-{int(day) % 28 + 1:02d}"})
 
     wrong_endings = (
         book_a_later_slot,
