@@ -3,6 +3,8 @@
 viewer written and opened in Chromium on a login-user episode, and its screenshot taken.
 
     python bench/viewer_picture.py                      # writes docs/trace_viewer.png, a minute on two cores
+    python bench/viewer_picture.py --viewer outputs/eval/viewer.html --episode "seed 1000001" --steps 1 \
+        --output docs/picture.png                       # a viewer an evaluation wrote, at one of its episodes
 """
 
 import argparse
@@ -40,10 +42,31 @@ def wrong_at_the_end_of_every_third_seed(tokenizer):
     return policy
 
 
+def photograph(viewer: Path, output: str, episode: str, steps: int) -> None:
+    """A screenshot of `viewer` opened in Chromium at the last episode whose entry holds `episode`, `steps` steps on."""
+    browser_setup.ensure_chromium()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch()
+        page = browser.new_page(viewport={"width": 1280, "height": 760})
+        page.goto(viewer.resolve().as_uri())
+        page.locator(".episode", has_text=episode).last.click()
+        for _ in range(steps):
+            page.keyboard.press("ArrowRight")
+        page.screenshot(path=output)
+        browser.close()
+    print(f"wrote {output}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default=str(ROOT / "docs/trace_viewer.png"))
+    parser.add_argument("--viewer", type=Path, help="an evaluation's viewer.html, instead of the scripted plans'")
+    parser.add_argument("--episode", default="seed 1000001", help="text of the episode's entry in the list")
+    parser.add_argument("--steps", type=int, default=1, help="steps to move on from the episode's first")
     args = parser.parse_args()
+    if args.viewer:
+        photograph(args.viewer, args.output, args.episode, args.steps)
+        return
     tokenizer = build_tokenizer()
     instances = [(task, 1_000_000 + seed) for task in PRESETS["page-reading"] for seed in range(6)]
     with contextlib.ExitStack() as stack:
@@ -56,16 +79,8 @@ def main() -> None:
             trace = episode_trace(episode, DEFAULTS.max_page_chars, f"episode {index}")
             write_trace(trace, Path(directory) / TRACES_DIR / episode.task_name / f"episode-{index:05d}.json")
         viewer = write_viewer(Path(directory), "outputs/page-reading: evaluation")
-        browser_setup.ensure_chromium()
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch()
-            page = browser.new_page(viewport={"width": 1280, "height": 760})
-            page.goto(viewer.as_uri())
-            page.locator(".episode", has_text=f"seed {1_000_001}").last.click()  # login-user, solved
-            page.keyboard.press("ArrowRight")  # its second step: the password typed into its box
-            page.screenshot(path=args.output)
-            browser.close()
-    print(f"wrote {args.output}")
+        # login-user's solved episode of seed 1000001, at its second step: the password typed into its box
+        photograph(viewer, args.output, args.episode, args.steps)
 
 
 if __name__ == "__main__":
