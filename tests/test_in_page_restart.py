@@ -143,6 +143,7 @@ def test_a_reset_says_why_it_loaded_the_page_afresh(restarting):
         "step": 0,
         "raw_reward": 0.0,
         "restarted_in_page": True,
+        "browsergym_reward": 0.0,
     }
     assert reset(restarting, "enter-text", 3)["loaded_because"] == "the page holds another task"
     listed = reset(restarting, "stock-market", 4)
