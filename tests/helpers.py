@@ -1,4 +1,5 @@
 import ast
+import contextlib
 import importlib.metadata
 import logging
 import queue
@@ -21,7 +22,10 @@ from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import BrowserGymEnv, LocalEnvServer
 from warm_start.plans import plan
+from web_env import task_modules
 from web_env.models import BrowserGymObservation
+from web_env.server import browser_setup
+from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -315,3 +319,22 @@ def scored_episodes(trainer, runner, lora_std: float | None = None) -> dict:
         return trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
     finally:
         runner.close()
+
+
+@contextlib.contextmanager
+def sessions_in_this_process(modules: list[str]):
+    """The server's environment in this process, with the task modules `modules` loaded: a function that opens a
+    session on one shared browser; every session it opened is closed at the end."""
+    browser_setup.prepare()
+    task_modules.load(modules)
+    pool, sessions = BrowserPool(1), []
+
+    def session() -> BrowserTaskEnvironment:
+        sessions.append(BrowserTaskEnvironment(pool))
+        return sessions[-1]
+
+    try:
+        yield session
+    finally:
+        for env in sessions:
+            env.close()

@@ -23,13 +23,12 @@ from browser_rl.evaluation import evaluate
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
-from helpers import ROOT, train_here
+from helpers import ROOT, sessions_in_this_process, train_here
 from web_env import task_modules
 from web_env.actions import action_code
 from web_env.models import BrowserGymAction
-from web_env.server import browser_setup
 from web_env.server.check_tasks import OtherOrigin, random_action, reach_out
-from web_env.server.environment import BrowserPool, BrowserTaskEnvironment, TaskError
+from web_env.server.environment import TaskError
 
 OWN_TASKS = ROOT / "tests" / "own_tasks"
 COFFEE = OWN_TASKS / "coffee" / "coffee_task.py"
@@ -50,18 +49,8 @@ def coffee_server():
 @pytest.fixture(scope="module")
 def coffee_env():
     """The server's environment in this process, with the coffee module and its broken variants."""
-    browser_setup.prepare()
-    task_modules.load([str(COFFEE), str(FAULTY)])
-    pool = BrowserPool(1)
-    sessions = []
-
-    def session() -> BrowserTaskEnvironment:
-        sessions.append(BrowserTaskEnvironment(pool))
-        return sessions[-1]
-
-    yield session
-    for env in sessions:
-        env.close()
+    with sessions_in_this_process([str(COFFEE), str(FAULTY)]) as session:
+        yield session
 
 
 def test_the_tutorial_shows_the_test_task_module_file_by_file():

@@ -102,10 +102,22 @@ def session():
 # --- endings with the allowed actions -------------------------------------------------------------------------------
 
 
+def asked_boxes(goal: str) -> set[str]:
+    """The words a checkbox page's goal asks to select."""
+    (listed,) = re.findall(r"Select (?:words similar to )?(.*) and click Submit", goal)
+    return set(listed.split(", ")) if listed != "nothing" else set()
+
+
+def checkbox_actions(tree: str, wanted: set[str], wrong: bool) -> list[str]:
+    """A checkbox page's clicks: the `wanted` boxes (the first box flipped when `wrong`), then Submit."""
+    boxes = find(tree, "checkbox")
+    clicks = [box.bid for n, box in enumerate(boxes) if (box.name in wanted) != (wrong and n == 0)]
+    return [f"click('{bid}')" for bid in [*clicks, find(tree, "button", "Submit")[0].bid]]
+
+
 def checkboxes(ending: Ending, wrong: bool) -> None:
     """The expert's boxes, or all of them but one box flipped (most boxes right: a positive average)."""
-    (listed,) = re.findall(r"Select (?:words similar to )?(.*) and click Submit", ending.goal)
-    wanted = set(listed.split(", ")) if listed != "nothing" else set()
+    wanted = asked_boxes(ending.goal)
     if ending.task == "click-checkboxes-soft":
         wanted = set(
             ending.js(
@@ -114,12 +126,8 @@ def checkboxes(ending: Ending, wrong: bool) -> None:
                 sorted(wanted),
             )
         )
-    boxes = find(ending.tree, "checkbox")
-    flipped = boxes[0].bid if wrong else None
-    for box in boxes:
-        if (box.name in wanted) != (box.bid == flipped):
-            ending.act(f"click('{box.bid}')")
-    ending.submit()
+    for action in checkbox_actions(ending.tree, wanted, wrong):
+        ending.act(action)
 
 
 def odd_or_even(ending: Ending, wrong: bool) -> None:
@@ -426,30 +434,22 @@ def test_the_audit_lists_every_page_that_computes_its_reward_and_the_threshold_r
     assert {task for task in MINIWOB_TASKS if computes(task)} == set(ENDINGS) | others
 
 
-def checkbox_actions(goal: str, tree: str, wrong: bool) -> list[str]:
-    """click-checkboxes' boxes as asked (the first flipped when `wrong`), then Submit."""
-    (listed,) = re.findall(r"Select (.*) and click Submit", goal)
-    wanted = set(listed.split(", ")) - {"nothing"}
-    boxes = find(tree, "checkbox")
-    clicks = [box.bid for n, box in enumerate(boxes) if (box.name in wanted) != (wrong and n == 0)]
-    return [f"click('{bid}')" for bid in [*clicks, find(tree, "button", "Submit")[0].bid]]
-
-
 def test_a_partial_credit_ending_scores_zero_in_every_consumer_and_the_right_ending_one(env_server, tokenizer):
     """click-checkboxes played by the recipe's own rollout, one seed twice: all boxes but one right (the page pays
     part of its reward) and all right. The rollout records the page's raw reward, and the training reward (what the
     rollout hands GRPO's step), the curriculum's success estimate, the step's per-task figures and evaluate.py's
     records each score the wrong ending 0 and the right one 1; BrowserGym's scoring, reported beside, pays both."""
     seed = 0
-    first = env_server_first_page(env_server, seed)
 
     def policy(episodes):
         if not playing:  # the first turn's batch: both episodes, in the order run() was given them
             playing.update({id(e): wrong for e, wrong in zip(episodes, (True, False), strict=True)})
-        return [
-            written(tokenizer, checkbox_actions(first["goal"], first["axtree_txt"], playing[id(e)])[e.turns])
-            for e in episodes
-        ]
+        replies = []
+        for e in episodes:
+            first = e.first_observation
+            actions = checkbox_actions(first.axtree_txt, asked_boxes(first.goal), playing[id(e)])
+            replies.append(written(tokenizer, actions[e.turns]))
+        return replies
 
     playing = {}
     runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=10), lockstep=True)
@@ -481,9 +481,3 @@ def test_a_partial_credit_ending_scores_zero_in_every_consumer_and_the_right_end
     assert [(r["success"], r["browsergym_success"]) for r in records] == [(False, True), (True, True)]
     summary = summarize(records)
     assert (summary["solved"], summary["browsergym_solved"]) == (1, 2)
-
-
-def env_server_first_page(env_server, seed: int) -> dict:
-    """click-checkboxes' first page of `seed`, read by OpenEnv's public client."""
-    with GenericEnvClient(base_url=env_server.url).sync() as client:
-        return client.reset(task_name="click-checkboxes", seed=seed).observation

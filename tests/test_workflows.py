@@ -18,12 +18,11 @@ from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import PRESETS, preset_task_modules
 from env_client import LocalEnvServer
-from helpers import ROOT, alive, wait_for
+from helpers import ROOT, alive, sessions_in_this_process, wait_for
 from warm_start.experts import expert_policy, known_experts
 from warm_start.record import record
 from web_env import task_modules
-from web_env.server import browser_setup, check_tasks
-from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
+from web_env.server import check_tasks
 
 WORKFLOWS = PRESETS["workflows"]
 MODULES = preset_task_modules(["workflows"])
@@ -38,19 +37,10 @@ def workflows_server():
 
 
 @pytest.fixture(scope="module")
-def bills_env():
-    """Sessions of the server's environment in this process, with the pay-bills module."""
-    browser_setup.prepare()
-    task_modules.load(MODULES)
-    pool, sessions = BrowserPool(1), []
-
-    def session() -> BrowserTaskEnvironment:
-        sessions.append(BrowserTaskEnvironment(pool))
-        return sessions[-1]
-
-    yield session
-    for env in sessions:
-        env.close()
+def workflows_env():
+    """Sessions of the server's environment in this process, with the workflows' modules."""
+    with sessions_in_this_process(MODULES) as session:
+        yield session
 
 
 def instance_of(task: str, seed: int) -> str:
@@ -111,22 +101,6 @@ def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(
     assert episode.done and episode.env_reward == 0.0, episode.actions
 
 
-@pytest.fixture(scope="module")
-def workflows_env():
-    """Sessions of the server's environment in this process, with the workflows' modules."""
-    browser_setup.prepare()
-    task_modules.load(MODULES)
-    pool, sessions = BrowserPool(1), []
-
-    def session() -> BrowserTaskEnvironment:
-        sessions.append(BrowserTaskEnvironment(pool))
-        return sessions[-1]
-
-    yield session
-    for env in sessions:
-        env.close()
-
-
 @pytest.mark.parametrize("task", WORKFLOWS)
 def test_every_wrong_ending_a_workflow_lists_ends_it_with_reward_0_on_several_seeds(workflows_env, task):
     env = workflows_env()
@@ -151,8 +125,8 @@ def test_the_clinics_wrong_birth_date_is_never_the_patients():
         assert booked[-1] != birth_date and re.fullmatch(r"\d{4}-\d\d-\d\d", booked[-1]), booked
 
 
-def test_a_wrong_or_second_payment_ends_pay_bills_unpaid_at_once_before_signing_out(bills_env):
-    env = bills_env()
+def test_a_wrong_or_second_payment_ends_pay_bills_unpaid_at_once_before_signing_out(workflows_env):
+    env = workflows_env()
     env.reset(task_name="pay-bills", seed=21)
     env.act_with(lambda task, page: task.sign_in(page))
     wrong = env.act_with(lambda task, page: task.schedule(page, task.left[0]))  # a bill the goal says to leave
@@ -167,9 +141,9 @@ def test_a_wrong_or_second_payment_ends_pay_bills_unpaid_at_once_before_signing_
 
 
 def test_sessions_of_the_bill_portal_at_once_see_only_their_own_tenant_and_pages_cannot_reach_the_tenants_api(
-    bills_env,
+    workflows_env,
 ):
-    first, second = bills_env(), bills_env()
+    first, second = workflows_env(), workflows_env()
     tenants = {}
 
     def remember_tenant(name):
