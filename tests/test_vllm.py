@@ -6,15 +6,16 @@ difference from a GPU is that vLLM's CPU build keeps its weights as loaded
 The engine runs the tiny fp32 model in bf16 (vLLM's "auto" dtype downcasts fp32 checkpoints, and TRL does not
 pass one), as the real recipe's engine runs bf16 against fp32 master weights. So its log-probabilities differ
 from the trainer's by bf16 rounding, and how much depends on the token. On a near-certain token it is tiny: the
-right reply's tokens, scored after every optimizer step, differ by at most 0.022 (measured here with the CPU's
-vector units on and off), and the tolerance is 0.05, against more than 0.1 that each optimizer step moves them.
+right reply's tokens before training differ by at most 0.022 (measured here with the CPU's vector units on and
+off), and the tolerance is 0.05. The test's large learning rates can make those tokens unlikely within a step
+(log-probabilities of -3 to -11 seen), where the difference reaches 0.03 to 0.08, so after a step the engine is
+held to the weights of that step relative to how far the step moved them.
 On a token sampled at middling probability it is the error of its logit itself: most are within 0.01, but one
 in a hundred or so reaches 0.1 to 0.2 (0.19 on CI's machine, 0.14 here with the vector units off), so over
 sampled episodes the test bounds the mean difference per token: 0.001 to 0.004 measured, tolerance 0.01,
 against 5.8 that an unsynced LoRA adapter leaves and 0.24 to 0.79 that scoring each token one place off does.
 """
 
-import itertools
 import logging
 import os
 
@@ -168,12 +169,15 @@ def test_after_each_optimizer_step_vllm_samples_from_the_updated_weights(
         runner.close()
 
     assert len(engine) == 3  # rollouts before step 1 and after steps 1 and 2
-    for step, (sampled, trained) in enumerate(zip(engine, trainer_side)):
-        assert (sampled - trained).abs().max() < BF16_TOLERANCE, (step, (sampled - trained).abs().max())
-    moves = [(after - before).abs().max() for before, after in itertools.pairwise(trainer_side)]
-    # Each step moved the trainer's log-probabilities past twice the tolerance: an engine that missed any step's
-    # sync would have failed above.
-    assert min(moves) > 2 * BF16_TOLERANCE, moves
+    # Before any step the right reply's tokens are near-certain, where bf16 rounding is small.
+    assert (engine[0] - trainer_side[0]).abs().max() < BF16_TOLERANCE
+    # A step can make them unlikely, where bf16's error grows with the token's distance from the top (0.08 seen at
+    # a log-probability of -7.7), so after each step the engine must be far nearer the weights of that step than
+    # the weights before it, which an engine that missed the step's sync would still hold.
+    for step in (1, 2):
+        to_this_step = (engine[step] - trainer_side[step]).abs().max()
+        to_the_step_before = (engine[step] - trainer_side[step - 1]).abs().max()
+        assert to_this_step < to_the_step_before / 4, (step, to_this_step, to_the_step_before)
 
 
 def test_a_reply_cut_off_by_the_length_limit_is_never_acted_on(half_right_model, env_server, tokenizer, tmp_path):
