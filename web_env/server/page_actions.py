@@ -11,7 +11,9 @@ few milliseconds of CPU across the three processes (bench/action_profile.py coun
 For click, dblclick and hover on an element of the main frame, and fill of a text input, one call in the page
 (ELEMENT_CHECK) does Playwright's checks and returns the point, and Playwright's page-level mouse or keyboard puts the
 input in: trusted events, the same pipelined move, press and release (or inserted text) the element's own path
-sends, and the mouse's position kept where Playwright keeps it. The check asks more than Playwright does, never less:
+sends, and the mouse's position kept where Playwright keeps it. A focus is one call in the page (FOCUS): Playwright
+checks nothing before it but that the bid names one element, and the page's own focus handlers ran inside
+BrowserGym's 500 ms, which a busy machine could pass with the element focused (scripts/focus.js). The check asks more than Playwright does, never less:
 wherever Playwright would have waited, retried, scrolled or refused (not exactly one element, not visible, possibly
 disabled or read-only, moving, not wholly in view, covered at its centre, a box in several pieces, an input typed
 some other way), or the action is another one or has options, BrowserGym's own code runs, so waits, timeouts and
@@ -28,6 +30,7 @@ from web_env.server.scripts import page_script
 # where BrowserGym's code must run (the file says which checks, and where each comes from).
 ELEMENT_CHECK = page_script("element_check.js")
 HIT_VERDICT = page_script("hit_verdict.js")
+FOCUS = page_script("focus.js")
 
 # The pointer actions the check serves: the events whose first landing is checked (Playwright's
 # kMouseHitTargetInterceptorEvents and kHoverHitTargetInterceptorEvents), the input, and the locator call
@@ -71,6 +74,8 @@ def acted_in_few_round_trips(page, action_str: str) -> bool:
         return pointed(page, name, args[0])
     if name == "fill" and len(args) == 2:
         return filled(page, *args)
+    if name == "focus" and len(args) == 1:
+        return page.evaluate(FOCUS, args[0])
     return False
 
 
