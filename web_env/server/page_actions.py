@@ -11,13 +11,15 @@ few milliseconds of CPU across the three processes (bench/action_profile.py coun
 For click, dblclick and hover on an element of the main frame, and fill of a text input, one call in the page
 (ELEMENT_CHECK) does Playwright's checks and returns the point, and Playwright's page-level mouse or keyboard puts the
 input in: trusted events, the same pipelined move, press and release (or inserted text) the element's own path
-sends, and the mouse's position kept where Playwright keeps it. A focus is one call in the page (FOCUS): Playwright
-checks nothing before it but that the bid names one element, and the page's own focus handlers ran inside
-BrowserGym's 500 ms, which a busy machine could pass with the element focused (scripts/focus.js). The check asks more than Playwright does, never less:
+sends, and the mouse's position kept where Playwright keeps it. The check asks more than Playwright does, never less:
 wherever Playwright would have waited, retried, scrolled or refused (not exactly one element, not visible, possibly
 disabled or read-only, moving, not wholly in view, covered at its centre, a box in several pieces, an input typed
 some other way), or the action is another one or has options, BrowserGym's own code runs, so waits, timeouts and
 error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each action type on both paths.
+
+A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
+500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
+(scripts/focus.js).
 """
 
 from browsergym.core.action.base import execute_python_code
