@@ -23,7 +23,7 @@ from env_profile import KINDS, cpu_by_kind
 from playwright._impl._connection import Connection
 
 from web_env.server import browser_setup
-from web_env.server.environment import BrowserWorker
+from web_env.server.browsers import BrowserWorker
 from web_env.server.page_actions import run_action
 
 PAGE = (Path(__file__).resolve().parents[1] / "tests" / "pages" / "actions.html").as_uri()

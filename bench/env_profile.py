@@ -28,7 +28,8 @@ from browsergym.utils.obs import flatten_axtree_to_str, flatten_dom_to_str, prun
 from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.server import browser_setup
-from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import OBSERVATION_FIELDS, TASK_CLASSES, BrowserTaskEnvironment
 
 KINDS = ("python", "node driver", "browser", "renderer", "other chromium")
 TREE_ONLY = ["goal", "axtree_txt", "error"]  # what the recipe's prompt reads

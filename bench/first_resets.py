@@ -6,7 +6,7 @@
 A round opens `--sessions` sessions at once, as a run's trainer does, resets each to click-test once, and closes
 them. The server keeps a closed session's page for `--keep_s` (its --idle_timeout_s); each pair of rounds starts once
 the pages the last round left are closed, so that its first round makes a context and a page for every session, and
-its second round follows at once and takes the pages the first left (web_env.server.environment.BrowserWorker). A
+its second round follows at once and takes the pages the first left (web_env.server.browsers.BrowserWorker). A
 round before the pairs starts the browsers. It prints each round's wall seconds until every first reset had its
 observation, the server's CPU-seconds (browsers included) per first reset, and how many resets took a closed session's
 page; then the second rounds against the first, as medians. Run it on an otherwise idle machine.

@@ -38,7 +38,8 @@ from pathlib import Path
 from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
-from web_env.server.environment import TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
 
 FIELDS = ["goal", "axtree_txt", "error"]
 RESTARTED = "restarted in the page"

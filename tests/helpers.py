@@ -25,7 +25,8 @@ from warm_start.plans import plan
 from web_env import task_modules
 from web_env.models import BrowserGymObservation
 from web_env.server import browser_setup
-from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import BrowserTaskEnvironment
 
 ROOT = Path(__file__).resolve().parents[1]
 

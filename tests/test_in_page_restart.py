@@ -1,7 +1,7 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
-every MiniWoB task restarts so but those environment.LOADED_AFRESH lists, each with its reason, and the date picker's
-after an episode that left it open. The environment runs in this process, as bench/restarts.py runs it: sessions that
-restart whenever they can, and ones that load every episode, on four browsers.
+every MiniWoB task restarts so but those in_page_restart.LOADED_AFRESH lists, each with its reason, and the date
+picker's after an episode that left it open. The environment runs in this process, as bench/restarts.py runs it:
+sessions that restart whenever they can, and ones that load every episode, on four browsers.
 
 The comparison over every task (one seed each, click-test three) and the aged pages (the recipe's page-reading tasks
 among them, five compared restarts each) run in the slow tier; BROWSER_RL_RESTART_SEEDS=6 plays six seeds of every
@@ -18,7 +18,9 @@ from bench import restarts
 from browser_rl.tasks import PRESETS
 from helpers import wait_for
 from web_env.server import environment
-from web_env.server.environment import LOADED_AFRESH, TASK_CLASSES, BrowserPool, BrowserTaskEnvironment
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
+from web_env.server.in_page_restart import LOADED_AFRESH
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls

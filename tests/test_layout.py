@@ -1,6 +1,6 @@
 """Where each part runs, held by rules rather than lists: the environment package installs and runs on its own (what
 its container does), its wire types are a leaf, and nothing that trains, evaluates, records or launches loads the
-environment's server (its browsers, its Playwright patch, its app)."""
+environment's server (its browsers, its Playwright patch, its app), whose modules each do one job."""
 
 import os
 import re
@@ -81,3 +81,10 @@ def test_the_environment_package_declares_every_distribution_it_imports_and_the_
         assert distributions & requirement_names(declared), f"{module} ({distributions}) is not in web_env's pyproject"
     recipe = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert set(declared) <= set(recipe)  # a local run starts the same server from the recipe's environment
+
+
+def test_each_module_of_the_environment_server_reads_in_one_sitting():
+    # The server is split by job (the session, the browsers, the restart in the page, reading a page, the actions):
+    # a module past 400 lines is doing a second job that wants its own module.
+    lengths = {path.name: len(path.read_text().splitlines()) for path in (ENVIRONMENT / "server").glob("*.py")}
+    assert max(lengths.values()) <= 400, lengths

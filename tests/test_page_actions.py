@@ -13,7 +13,8 @@ from warm_start.plans import plan
 from web_env.actions import action_code
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup, page_actions
-from web_env.server.environment import BrowserPool, BrowserTaskEnvironment, BrowserWorker
+from web_env.server.browsers import BrowserPool, BrowserWorker
+from web_env.server.environment import BrowserTaskEnvironment
 from web_env.server.page_actions import run_action
 
 PAGE = (Path(__file__).parent / "pages" / "actions.html").resolve().as_uri()

@@ -31,7 +31,9 @@ from openenv.core.env_server.types import ConcurrencyConfig
 from web_env import task_modules
 from web_env.models import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 from web_env.server import browser_setup
-from web_env.server.environment import RELOAD_EVERY, BrowserPool, BrowserTaskEnvironment, known_task
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import BrowserTaskEnvironment, known_task
+from web_env.server.in_page_restart import RELOAD_EVERY
 
 log = logging.getLogger("env_server")
 

@@ -30,7 +30,8 @@ from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 from web_env.server.app import process_tree_cpu_s
-from web_env.server.environment import BrowserPool, BrowserTaskEnvironment
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import BrowserTaskEnvironment
 
 ELEMENT = re.compile(r"\[(\d+)\] (\w+)")
 RANDOM_KEYS = ["Enter", "Tab", "Escape", "ArrowDown", "Backspace"]
