@@ -42,7 +42,7 @@ from browser_rl.options import (
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
-from browser_rl.tasks import TaskSampler, task_instances
+from browser_rl.tasks import TaskInstance, TaskSampler, task_instances
 from browser_rl.traces import TrainingTraces, covers_a_traced_step
 from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu
 from env_client import LocalEnvServer, cpu_s_per_episode
@@ -89,15 +89,15 @@ def make_rollout_func(
 
     def rollout(prompts: list[str], trainer: RecipeTrainer) -> dict[str, list]:
         all_prompts = gather_object(list(prompts))
-        specs = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
+        instances = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
         step, args = trainer.state.global_step + 1, trainer.args
         served = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
         traced = trainer.accelerator.is_main_process and covers_a_traced_step(step, served, args.trace_every)
-        episodes, figures = play_step(runner, specs, trainer, max_env_failures, all_prompts, traced)
+        episodes, outcomes, figures = play_step(runner, instances, trainer, max_env_failures, all_prompts, traced)
         if traced:
             traces.write(step, episodes, trainer.callback_handler.callbacks)
-        for task, of_task in episodes_by_task(gather_object([e.outcome() for e in episodes])).items():
-            sampler.update(task, [e.solved for e in of_task])
+        for task, of_task in episodes_by_task(outcomes).items():
+            sampler.update(task, [outcome.solved for outcome in of_task])
         if len(sampler.weights) > 1:  # what the sampler will draw next
             figures |= {f"tasks/{t}/probability": p for t, p in sampler.probabilities().items()}
         if phases.enabled:  # every rank keeps every rank's successes, as they were played
@@ -120,25 +120,25 @@ def make_rollout_func(
 
 def play_step(
     runner: EpisodeRunner,
-    specs: list,
+    instances: list[TaskInstance],
     trainer: RecipeTrainer,
     max_env_failures: int,
     all_prompts: list[str],
     traced: bool,
-) -> tuple[list[Episode], dict]:
+) -> tuple[list[Episode], list[Episode], dict]:
     """This rank's episodes of the step (a batch the environment failed is played again; traced, with their pages'
-    images), and the figures of every rank's: they describe every rank's episodes, in rank order as all_prompts, and
-    the step takes as long as its slowest rank."""
+    images), every rank's outcomes (Episode.outcome), in rank order as all_prompts, and their figures; the step takes
+    as long as its slowest rank."""
     generate, generating = timed(trainer_generate(trainer))
     start, cpu_before = time.perf_counter(), runner.servers.cpu_readings()
     context = longest_context(trainer)
-    episodes = runner.run_until_played(specs, sampling(generate), context, max_env_failures, traced)
+    episodes = runner.run_until_played(instances, sampling(generate), context, max_env_failures, traced)
     seconds = time.perf_counter() - start
     cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings())
     seconds, generation_s = max(gather_object([(seconds, sum(generating))]))
     outcomes = gather_object([episode.outcome() for episode in episodes])
     cpu_s = [reading for reading in gather_object([cpu]) if reading is not None]
-    return episodes, step_metrics(outcomes, all_prompts, seconds, generation_s, cpu_s)
+    return episodes, outcomes, step_metrics(outcomes, all_prompts, seconds, generation_s, cpu_s)
 
 
 def longest_context(trainer: RecipeTrainer) -> int:

@@ -33,7 +33,7 @@ from openenv.core.generic_client import GenericEnvClient
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from browser_rl.tasks import PRESETS
+from browser_rl.tasks import PRESETS, TaskInstance
 from env_client import LocalEnvServer, cpu_reading
 from warm_start.plans import following_plans, plan
 from warm_start.tiny_lfm2 import build_tokenizer
@@ -58,7 +58,7 @@ def measure(episodes: int, run: Callable[[], None], server: str | None = None) -
     return (machine_cpu_seconds() - cpu) / episodes, server_cpu, (time.perf_counter() - wall) / episodes
 
 
-def instances(workload: str, episodes: int, first_seed: int) -> list[tuple[str, int]]:
+def instances(workload: str, episodes: int, first_seed: int) -> list[TaskInstance]:
     """(task, seed) of each episode: groups of GROUP episodes of one instance, as a GRPO step plays them."""
     rng = random.Random(first_seed)
     groups = [(rng.choice(WORKLOADS[workload]), first_seed + g) for g in range(episodes // GROUP)]
@@ -88,9 +88,9 @@ def stock_episodes(workload: str, episodes: int, first_seed: int) -> None:
 def runner_loop(runner: EpisodeRunner, workload: str, sessions: int, episodes: int, first_seed: int) -> None:
     """The recipe's rollouts, batches of `sessions` episodes, a scripted policy in place of a model."""
     policy = following_plans(runner.chat.tokenizer)
-    specs = instances(workload, episodes, first_seed)
-    for start in range(0, len(specs), sessions):
-        played = runner.run(specs[start : start + sessions], policy)
+    drawn = instances(workload, episodes, first_seed)
+    for start in range(0, len(drawn), sessions):
+        played = runner.run(drawn[start : start + sessions], policy)
         assert all(episode.solved for episode in played), [(e.task_name, e.seed) for e in played]
 
 

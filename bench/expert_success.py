@@ -79,9 +79,9 @@ def main() -> None:
         servers = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=16)
         for task in args.tasks:
             start = time.perf_counter()
-            specs = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
+            instances = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
             with closing(EpisodeRunner(servers, tokenizer, settings)) as runner:
-                played = record(runner, specs, expert_policy(chat))
+                played = record(runner, instances, expert_policy(chat))
             solved = sum(d.solved for d in played)
             low, high = wilson_interval(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from browser_rl.prompts import OBSERVATION_FIELDS
+from browser_rl.prompts import PROMPT_FIELDS
 from env_client import BrowserGymEnv, LocalEnvServer
 from warm_start.plans import plan
 from web_env.models import BrowserGymAction
@@ -29,10 +29,10 @@ def observed(result) -> dict:
 
 
 def record(session, task: str, seed: int) -> dict:
-    first = session.reset(task_name=task, seed=seed, fields=OBSERVATION_FIELDS).observation
+    first = session.reset(task_name=task, seed=seed, fields=PROMPT_FIELDS).observation
     task_plan = plan(task, first.goal, first.axtree_txt)
     after_wrong = observed(session.step(BrowserGymAction(action_str=task_plan.wrong[0])))
-    session.reset(task_name=task, seed=seed, fields=OBSERVATION_FIELDS)
+    session.reset(task_name=task, seed=seed, fields=PROMPT_FIELDS)
     after_right = observed(session.step(BrowserGymAction(action_str=task_plan.right[0])))
     assert after_right["reward"] == 1.0 and after_right["done"], (task, seed, after_right)
     return {

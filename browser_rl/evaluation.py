@@ -41,7 +41,7 @@ from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import Episode, EpisodeRunner, sampling
 from browser_rl.servers import open_server_pool
-from browser_rl.tasks import browsergym_benchmark, split_of
+from browser_rl.tasks import TaskInstance, browsergym_benchmark, split_of
 from browser_rl.traces import TRACES_DIR, VIEWER_FILE, episode_trace, traced_in_evaluation, write_trace, write_viewer
 from env_client import cpu_s_per_episode
 from rewards import browsergym_solved
@@ -92,7 +92,7 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[tuple[str, int]], int | None]:
+def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[TaskInstance], int | None]:
     """(task, seed) of every episode to play, and the benchmark's step limit: its own, as BrowserGym's objects give
     them (a task may hold a seed twice: BrowserGym draws five of 34 per task); or args.episodes seeds from
     args.first_seed for each of the tasks, and no limit of its own."""
@@ -116,7 +116,7 @@ def settings_to_play(model: str, given: EpisodeArguments, benchmark_steps: int |
     )
 
 
-def batches_keeping_tasks(instances: list[tuple[str, int]], batch_size: int) -> list[list[tuple[str, int]]]:
+def batches_keeping_tasks(instances: list[TaskInstance], batch_size: int) -> list[list[TaskInstance]]:
     """The instances in batches of at most batch_size, each batch taking one episode from each of batch_size
     lanes; a lane holds one task's episodes, so that from batch to batch a session keeps its page's task and
     restarts in it (EpisodeRunner gives an episode the session whose page holds its task). A lane that runs dry
@@ -214,7 +214,7 @@ def model_files(model: str) -> list:
     return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(Path(model).iterdir()) if f.is_file()]
 
 
-def still_to_play(instances: list[tuple[str, int]], records: list[dict]) -> list[tuple[str, int]]:
+def still_to_play(instances: list[TaskInstance], records: list[dict]) -> list[TaskInstance]:
     played = Counter((r["task_name"], r["seed"]) for r in records)
     remaining = []
     for instance in instances:

@@ -15,7 +15,7 @@ from web_env.models import BrowserGymObservation
 PROMPT_VERSION = 2
 
 # The observation's fields the messages read: at reset a server is asked for these alone.
-OBSERVATION_FIELDS = ["goal", "axtree_txt", "error"]
+PROMPT_FIELDS = ["goal", "axtree_txt", "error"]
 
 SYSTEM_PROMPT = (
     "You control a web browser to complete a task. Each turn you get the page as an accessibility tree, "

@@ -24,14 +24,19 @@ from websockets.exceptions import ConnectionClosed
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure, EnvironmentUnavailable
 from browser_rl.generation import GenerateFn, Reply
-from browser_rl.prompts import OBSERVATION_FIELDS, ChatTurns, feedback
+from browser_rl.prompts import PROMPT_FIELDS, ChatTurns, feedback
 from browser_rl.servers import ServerPool
+from browser_rl.tasks import TaskInstance
 from env_client import BrowserGymEnv
 from rewards import solved
 from web_env.actions import parse_action
 from web_env.models import BrowserGymAction, BrowserGymObservation
 
 log = logging.getLogger("rollout")
+
+# Outside lock step, a batch of episodes waiting for a reply goes this long after its first episode at most, so that
+# an episode whose browser answered early joins the next generation without waiting for the slowest (ReplyBatcher).
+BATCH_WAIT_S = 0.05
 
 
 @dataclass
@@ -90,12 +95,12 @@ class Episode:
             restarted_in_page=self.restarted_in_page,
         )
 
-    def add_reply(self, ids: list[int], logprobs: list[float]) -> None:
+    def add_policy_tokens(self, ids: list[int], logprobs: list[float]) -> None:
         self.completion_ids += ids
         self.env_mask += [1] * len(ids)
         self.logprobs += logprobs
 
-    def add_environment(self, ids: list[int]) -> None:
+    def add_environment_tokens(self, ids: list[int]) -> None:
         self.completion_ids += ids
         self.env_mask += [0] * len(ids)
         self.logprobs += [0.0] * len(ids)
@@ -126,7 +131,7 @@ def add_reply(episode: Episode, chat: ChatTurns, reply: Reply) -> str | None:
     limit (even if it began with an action: otherwise the policy is rewarded for never ending its replies)."""
     text = chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
     action = parse_action(text) if reply.ended else None
-    episode.add_reply(reply.ids, reply.logprobs)
+    episode.add_policy_tokens(reply.ids, reply.logprobs)
     episode.replies.append(text)
     episode.actions.append(action)
     episode.ended.append(reply.ended)
@@ -155,7 +160,7 @@ def add_outcome(
     episode.boxes.append(observation.action_box if action is not None else None)  # without one: the last action's
     if not done and more_turns:
         outcome = feedback(episode.turns - 1, action, observation, cut_off=not reply.ended)
-        episode.add_environment(chat.next_turn(reply.ids, chat.observation_message(observation, outcome)))
+        episode.add_environment_tokens(chat.next_turn(reply.ids, chat.observation_message(observation, outcome)))
         episode.pages.append(observation.axtree_txt)
 
 
@@ -249,11 +254,10 @@ class EpisodeRunner:
         tokenizer,
         settings: EpisodeSettings,
         lockstep: bool = False,
-        batch_wait_s: float = 0.05,
     ):
         self.servers = servers
         self.settings = settings
-        self.batch_wait_s = None if lockstep else batch_wait_s
+        self.batch_wait_s = None if lockstep else BATCH_WAIT_S
         self.chat = ChatTurns(tokenizer, settings.max_page_chars)
         self._loop = asyncio.new_event_loop()
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
@@ -262,7 +266,7 @@ class EpisodeRunner:
 
     def run(
         self,
-        specs: list[tuple[str, int]],
+        instances: list[TaskInstance],
         policy: Policy,
         max_context_tokens: int | None = None,
         traced: bool = False,
@@ -272,7 +276,7 @@ class EpisodeRunner:
         the log: the engine would refuse it, and a shortened context is not what the trainer would score. Traced,
         the episodes keep their pages' images and their actions' boxes."""
         try:
-            return self._loop.run_until_complete(self._run(specs, policy, max_context_tokens, traced))
+            return self._loop.run_until_complete(self._run(instances, policy, max_context_tokens, traced))
         except EnvironmentFailure as failure:
             if failure.server is not None:  # first: restarting a server of this run ends its sockets, hung ones too,
                 self.servers.take_out(failure.server)  # so that closing them does not wait out a handshake
@@ -281,7 +285,7 @@ class EpisodeRunner:
 
     def run_until_played(
         self,
-        specs: list[tuple[str, int]],
+        instances: list[TaskInstance],
         policy: Policy,
         max_context_tokens: int | None,
         max_failures: int,
@@ -292,7 +296,7 @@ class EpisodeRunner:
         scored. After `max_failures` failures in a row, EnvironmentUnavailable."""
         for failure in itertools.count(1):
             try:
-                return self.run(specs, policy, max_context_tokens, traced)
+                return self.run(instances, policy, max_context_tokens, traced)
             except EnvironmentFailure as error:
                 if failure > max_failures:
                     raise EnvironmentUnavailable(
@@ -304,7 +308,7 @@ class EpisodeRunner:
                     failure,
                     max_failures,
                     error,
-                    len(specs),
+                    len(instances),
                     f"the {len(up)} server(s) still up" if up else "the servers once one answers",
                 )
                 if not up:
@@ -334,10 +338,10 @@ class EpisodeRunner:
         except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
             raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip() + f" (server {server})", server) from e
 
-    async def _run(self, specs: list[tuple[str, int]], policy: Policy, max_context_tokens: int | None, traced: bool):
-        await self._open_sessions(len(specs))
-        sessions = self._sessions_for([task for task, _ in specs])
-        episodes = [Episode(task_name, seed) for task_name, seed in specs]
+    async def _run(self, instances: list[TaskInstance], policy: Policy, max_context_tokens: int | None, traced: bool):
+        await self._open_sessions(len(instances))
+        sessions = self._sessions_for([task for task, _ in instances])
+        episodes = [Episode(task_name, seed) for task_name, seed in instances]
         batcher = ReplyBatcher(policy, episodes, self.batch_wait_s, self._policy_thread)
         try:
             async with asyncio.TaskGroup() as episodes_in_flight:
@@ -364,7 +368,7 @@ class EpisodeRunner:
             reset = client.reset(
                 task_name=episode.task_name,
                 seed=episode.seed,
-                fields=OBSERVATION_FIELDS,
+                fields=PROMPT_FIELDS,
                 settle_ms=self.settings.settle_ms,
                 **options,
             )

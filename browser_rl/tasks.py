@@ -14,6 +14,9 @@ from pathlib import Path
 from web_env import task_modules
 from web_env.models import MINIWOB_TASKS
 
+# One episode's draw: a task and its seed.
+TaskInstance = tuple[str, int]
+
 PRESETS = {
     # Tasks whose right action must be read from the page or the goal (ids and labels change with the seed);
     # login-user takes three actions, click-option two.
@@ -111,7 +114,7 @@ def browsergym_tasks(benchmark) -> list[str]:
 
 def task_instances(
     prompts: list[str], all_prompts: list[str], seed_of_prompt: dict[str, int], sampler: "TaskSampler"
-) -> list[tuple[str, int]]:
+) -> list[TaskInstance]:
     """(task, seed) for each of this rank's prompts: a task drawn for each GRPO group (the repeats of one prompt),
     its row's seed. The draws run over every rank's prompts, in rank order, and every rank's sampler has seen the same
     episodes, so all ranks draw alike and a group split between two ranks plays one task."""

@@ -57,8 +57,8 @@ def recipe_settings(config: str) -> EpisodeSettings:
     ids=["book-flight, GPU recipe", "book-flight, CPU recipe", "the others"],
 )
 def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer, tasks, settings):
-    specs = [(task, seed) for task in tasks for seed in SEEDS]
+    instances = [(task, seed) for task in tasks for seed in SEEDS]
     with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, settings)) as runner:
-        played = record(runner, specs, expert_policy(ChatTurns(tokenizer, settings.max_page_chars)))
+        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, settings.max_page_chars)))
     unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
     assert unsolved == []

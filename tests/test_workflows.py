@@ -66,9 +66,9 @@ def test_each_workflow_draws_a_distinct_instance_per_seed_and_the_same_one_again
 def test_the_experts_solve_each_workflow_through_the_server_in_6_to_15_actions_on_pages_that_fit(
     workflows_server, tokenizer
 ):
-    specs = [(task, 1_000_001) for task in WORKFLOWS]  # bench/expert_success.py plays 100 seeds each
+    instances = [(task, 1_000_001) for task in WORKFLOWS]  # bench/expert_success.py plays 100 seeds each
     with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
-        played = record(runner, specs, expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
+        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
     for demonstration in played:
         label = f"{demonstration.task} seed {demonstration.seed}"
         assert demonstration.solved, f"{label}: {[turn.reply for turn in demonstration.turns]}"

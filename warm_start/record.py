@@ -29,6 +29,7 @@ from browser_rl.options import EpisodeArguments, RecordArguments, ServerArgument
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import ServerPool, open_server_pool
+from browser_rl.tasks import TaskInstance
 from warm_start.demonstrations import Demonstration, of_episode, save
 from warm_start.experts import expert_policy, known_experts
 from warm_start.plans import PLANS, REPLY_MIXES, Replies, choosing, plan
@@ -40,15 +41,15 @@ BATCH = 16  # episodes played at once
 
 
 def record(
-    runner: EpisodeRunner, specs: list[tuple[str, int]], policy: Policy, max_failures: int = 3
+    runner: EpisodeRunner, instances: list[TaskInstance], policy: Policy, max_failures: int = 3
 ) -> list[Demonstration]:
     """Plays (task, seed) episodes with `policy` on `runner`'s sessions, BATCH at a time, and keeps each as a
     demonstration of the settings it was played with."""
     demonstrations = []
-    for start in range(0, len(specs), BATCH):
-        episodes = runner.run_until_played(specs[start : start + BATCH], policy, None, max_failures)
+    for start in range(0, len(instances), BATCH):
+        episodes = runner.run_until_played(instances[start : start + BATCH], policy, None, max_failures)
         demonstrations += [of_episode(episode, runner.settings) for episode in episodes]
-        log.info("recorded %d of %d episodes", len(demonstrations), len(specs))
+        log.info("recorded %d of %d episodes", len(demonstrations), len(instances))
     return demonstrations
 
 
@@ -58,16 +59,16 @@ def record_mix(
     """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
     step of the plan and ends there, whether it solved the instance or not (load them with keep_failed). An episode
     that ends there renders as one that ran out of turns: each is a demonstration under `settings`."""
-    specs = [(task, seed) for seed in seeds]
+    instances = [(task, seed) for seed in seeds]
     with closing(EpisodeRunner(servers, tokenizer, settings, lockstep=True)) as runner:
-        right = record(runner, specs, choosing(tokenizer, replies, 0))
+        right = record(runner, instances, choosing(tokenizer, replies, 0))
     task_plan = plan(task, right[0].goal, right[0].turns[0].page)
     steps, count = len(task_plan.right), len(replies(task_plan, 0))
     if steps > settings.max_turns:
         raise ConfigError(f"max_turns: {task}'s plan takes {steps} actions, more than max_turns {settings.max_turns}")
     ending_there = replace(settings, max_turns=steps)
     with closing(EpisodeRunner(servers, tokenizer, ending_there, lockstep=True)) as runner:
-        mixed = [record(runner, specs, choosing(tokenizer, replies, j)) for j in range(1, count)]
+        mixed = [record(runner, instances, choosing(tokenizer, replies, j)) for j in range(1, count)]
     return right + [d.model_copy(update={"settings": settings}) for of_reply in mixed for d in of_reply]
 
 
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> None:
                 d for task in tasks.task_weights() for d in record_mix(pool, tokenizer, task, seeds, mix, settings)
             ]
         else:
-            specs = [(task, seed) for task in tasks.task_weights() for seed in seeds]
+            instances = [(task, seed) for task in tasks.task_weights() for seed in seeds]
             runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
             policy = expert_policy(ChatTurns(tokenizer, settings.max_page_chars))
-            demonstrations = record(runner, specs, policy, servers.max_env_failures)
+            demonstrations = record(runner, instances, policy, servers.max_env_failures)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
