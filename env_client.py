@@ -20,11 +20,19 @@ from typing import Any
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
-from browser_rl.errors import CpuUnavailable
 from web_env import task_modules
 from web_env.models import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
+
+
+class CpuUnavailable(Exception):
+    """A server's CPU reading cannot be had (a server without GET /cpu, or one that does not answer), and why."""
+
+
+class ServerDidNotStart(Exception):
+    """An environment server this process started exited, or did not answer, before it was up; the message names it
+    and says which."""
 
 
 class BrowserGymEnv(EnvClient[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
@@ -146,13 +154,14 @@ class LocalEnvServer:
 
     def _wait_until_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
+        named = f"the environment server at {self.url} (pid {self._process.pid})"
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"the environment server exited with status {self._process.returncode}")
+                raise ServerDidNotStart(f"{named} exited with status {self._process.returncode} as it started")
             if healthy(self.url):
                 return
             time.sleep(0.25)
-        raise TimeoutError(f"the environment server was not healthy after {self.startup_timeout_s:.0f}s")
+        raise ServerDidNotStart(f"{named} did not answer GET /health within {self.startup_timeout_s:.0f}s")
 
 
 def healthy(url: str, timeout_s: float = 2.0) -> bool:

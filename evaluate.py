@@ -14,19 +14,19 @@ browser_rl/evaluation.py.
 """
 
 import os
-import sys
 
 from browser_rl.command_line import parse_command_line, run_command
-from browser_rl.errors import ConfigError
+from browser_rl.errors import ConfigError, UsageError
 from browser_rl.evaluation import evaluate, report
 from browser_rl.generation import missing_model
-from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 
 OPTIONS = (EvalArguments, TaskArguments, EpisodeArguments, ServerArguments)
 
 
 def main() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
     args, tasks, episodes, servers = parse_command_line(OPTIONS, from_file=OPTIONS[1:])
     if missing := missing_model(args.model):
         raise ConfigError(f"--model: {missing}")
@@ -34,7 +34,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.exit("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
-    setup_logging()
     run_command("evaluate.py", main)

@@ -31,7 +31,7 @@ from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from browser_rl.gguf import as_checkpoint
-from browser_rl.metrics import MetricsLog, StepPrinter, episodes_by_task, setup_logging, step_metrics
+from browser_rl.metrics import MetricsLog, StepPrinter, episodes_by_task, step_metrics
 from browser_rl.options import (
     EpisodeArguments,
     RecipeConfig,
@@ -291,7 +291,6 @@ def main(
 def run_from_command_line(callbacks: list[TrainerCallback] = ()) -> None:
     """`python train.py ...` (or one rank of `torchrun ... train.py ...`): parse, train, and exit as every command
     does on a mistake or an environment that stays unavailable (browser_rl.command_line)."""
-    setup_logging()
     run_command("train.py", lambda: main(*parse_command_line(OPTIONS), callbacks=callbacks))
 
 

@@ -2,7 +2,8 @@
 warm_start.warm_up, modal_app.py): options as dataclasses parsed with TRL's TrlParser, from `--config FILE` (YAML)
 and the command line, which overrides the file; and one way to fail. A mistake (an unknown key, with the nearest
 known one; a wrong type; a value out of range; invalid YAML) is one line naming the key and the file, before any
-model is loaded, and exit status 2; so is any other UsageError; an environment that stays unavailable is exit status 1.
+model is loaded, and exit status 2; so is any other UsageError; an environment that stays unavailable, or a server
+the command started that does not start, is one line and exit status 1.
 
 A recipe file may hold the options of every command (browser_rl.options, TRL's GRPOConfig, SFTConfig, ModelConfig):
 a command takes the keys of its own options and passes over the others, so that one file can describe a run from
@@ -22,6 +23,8 @@ from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
 from browser_rl import options
 from browser_rl.errors import ConfigError, EnvironmentUnavailable, UsageError
+from browser_rl.metrics import setup_logging
+from env_client import ServerDidNotStart
 
 log = logging.getLogger("command_line")
 
@@ -97,14 +100,16 @@ def read_config(config_file: str, parser: Parser) -> dict:
 
 
 def run_command(name: str, command: Callable[[], object]) -> None:
-    """Runs a command's body, and exits as every command does: 2 with one line on a UsageError, 1 once the environment
-    is unavailable."""
+    """Runs a command's body with the recipe's logging, and exits as every command does: 2 with one line on a
+    UsageError; 1 with one line once the environment is unavailable, or when a server the command started did not
+    start."""
+    setup_logging()
     try:
         command()
     except UsageError as error:
         kind = "configuration error: " if isinstance(error, ConfigError) else ""
         print(f"{name}: {kind}{error}", file=sys.stderr)
         sys.exit(2)
-    except EnvironmentUnavailable as error:
+    except (EnvironmentUnavailable, ServerDidNotStart) as error:
         log.error("%s: stopping: %s", name, error)
         sys.exit(1)

@@ -30,7 +30,3 @@ class EnvironmentFailure(Exception):
 
 class EnvironmentUnavailable(Exception):
     """The environment failed max_env_failures times in a row: the run stops, its checkpoints kept."""
-
-
-class CpuUnavailable(Exception):
-    """A server's CPU reading cannot be had (a server without GET /cpu, or one that does not answer), and why."""

@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from accelerate.utils import gather_object
 
-from browser_rl.errors import CpuUnavailable
 from browser_rl.options import ServerArguments
-from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading, healthy
+from env_client import BrowserGymEnv, CpuUnavailable, LocalEnvServer, cpu_reading, healthy
 
 log = logging.getLogger("servers")
 

@@ -1,13 +1,15 @@
-"""The client side of the environment: where the token comes from, a server whose CPU cannot be read, and a local
-server stopped while it restarts."""
+"""The client side of the environment: where the token comes from, a server whose CPU cannot be read, a local server
+stopped while it restarts, and one that cannot start."""
 
 import http.server
 import logging
 import re
+import socket
 import threading
 
 import pytest
 
+from browser_rl.command_line import run_command
 from browser_rl.servers import ServerPool
 from env_client import BrowserGymEnv, LocalEnvServer, client_token, free_port
 from helpers import ROOT, alive, wait_for
@@ -80,3 +82,16 @@ def test_a_local_server_stopped_while_it_restarts_ends_the_restart_quietly_and_w
 
     server.restart()  # after stop(), a restart starts nothing
     assert not alive(server.pid)
+
+
+def test_a_local_server_that_cannot_start_stops_the_command_with_one_line_and_exit_1(caplog):
+    server = LocalEnvServer(max_sessions=1)
+    with socket.socket() as taken:  # another program holds the port the server was given
+        taken.bind(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
+        taken.listen()
+        with pytest.raises(SystemExit) as exited, caplog.at_level(logging.ERROR):
+            run_command("train.py", server.start)
+    assert exited.value.code == 1
+    (line,) = [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+    named = re.escape(f"the environment server at {server.url}")
+    assert re.fullmatch(rf"train\.py: stopping: {named} \(pid \d+\) exited with status \d+ as it started", line), line

@@ -24,7 +24,6 @@ from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.gguf import as_checkpoint
-from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner, Policy
@@ -104,5 +103,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    setup_logging()
     run_command("warm_start.record", main)

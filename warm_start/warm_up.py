@@ -32,7 +32,6 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import missing_model
 from browser_rl.gguf import as_checkpoint
-from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, WarmUpArguments
 from browser_rl.prompts import ChatTurns
 from warm_start.demonstrations import load, made_with, sft_dataset
@@ -116,5 +115,4 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
 
 
 if __name__ == "__main__":
-    setup_logging()
     run_command("warm_start.warm_up", lambda: main(*parse_command_line(OPTIONS)))
