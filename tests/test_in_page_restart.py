@@ -1,7 +1,8 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
 every MiniWoB task restarts so but those in_page_restart.LOADED_AFRESH lists, each with its reason, and the date
 picker's after an episode that left it open. The environment runs in this process, as bench/restarts.py runs it:
-sessions that restart whenever they can, and ones that load every episode, on four browsers.
+sessions that restart whenever they can, and ones that load every episode, on a pair of browsers for each of the
+task sequences played side by side.
 
 The comparison over every task (one seed each, click-test three) and the aged pages (the recipe's page-reading tasks
 among them, five compared restarts each) run in the slow tier; BROWSER_RL_RESTART_SEEDS=6 plays six seeds of every
@@ -23,6 +24,10 @@ from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
 from web_env.server.in_page_restart import LOADED_AFRESH
 
 SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
+# Task sequences the slow tier's comparisons play side by side, each on a pair of browsers of its own: what they wait
+# on is mostly an action that waits out BrowserGym's 500 ms on an element the page refuses, and four keep the two
+# cores busy (1.6 to 1.8 of them) where two left them half idle.
+SEQUENCES = 4
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
 # and detected widgets left open, and form-sequence-3, whose dropdown keeps its state where no restart can put it back
 # (each fails without its fix), and the page-reading tasks the recipe trains on.
@@ -36,10 +41,8 @@ LEAVES_THE_DATE_PICKER = {"half done", "played out", "roughed up"}
 
 @pytest.fixture(scope="module")
 def pool():
-    """Four browsers, so that the slow tier's two task sequences each get a pair of their own: a browser runs one
-    call at a time, and what these tests wait on is mostly an action that waits out BrowserGym's timeout on an
-    element the page refuses it."""
-    return restarts.browsers(4)
+    """A pair of browsers for each of the slow tier's task sequences: a browser runs one call at a time."""
+    return restarts.browsers(2 * SEQUENCES)
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +66,11 @@ def evaluate(session, script: str):
 
 
 def side_by_side(tasks: list[str], play_in_order) -> dict:
-    """`play_in_order(tasks)` on every other task and on the rest, in two threads (its results by task, merged):
-    each sequence plays its tasks in a fixed order, and the two take about 0.6 of the time one would."""
-    with ThreadPoolExecutor(max_workers=2) as running:
-        halves = running.map(play_in_order, [tasks[0::2], tasks[1::2]])
-        return {task: result for half in halves for task, result in half.items()}
+    """`play_in_order` on every SEQUENCES-th task from each of the first SEQUENCES, in as many threads (its results
+    by task, merged): each sequence plays its tasks in a fixed order."""
+    with ThreadPoolExecutor(max_workers=SEQUENCES) as running:
+        parts = running.map(play_in_order, [tasks[start::SEQUENCES] for start in range(SEQUENCES)])
+        return {task: result for part in parts for task, result in part.items()}
 
 
 def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:

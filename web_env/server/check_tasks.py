@@ -13,7 +13,8 @@ For each task, on each seed, in the server's own environment (sessions on shared
 - two sessions at once share nothing, and an episode sees nothing of the one before it in its session: after another
   session or episode solved the same seed, the page is a fresh session's and `validate` does not pay;
 - a request from the task's page to another origin (a server this checker opens on loopback) never arrives;
-and it reports what a reset costs. Exits with status 1 and one line per failure, 0 when all pass.
+and it reports what a reset costs. Tasks are checked `--workers` at a time. Exits with status 1 and one line per
+failure, 0 when all pass.
 """
 
 import argparse
@@ -24,6 +25,7 @@ import re
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from web_env import task_modules
@@ -118,31 +120,41 @@ def random_action(observation, rng: random.Random) -> str:
     )
 
 
-def check_task(task: str, seeds: list[int], random_actions: int, pool: BrowserPool, report: Report) -> None:
+def reference_instances(task: str, seeds: list[int], pool: BrowserPool, report: Report) -> dict[int, tuple]:
+    """Each seed's instance in a fresh session, the reference the other checks compare with; and what a reset costs,
+    measured while nothing else runs, so that the CPU read is the reset's alone."""
+    reference, reset_s, reset_cpu = {}, [], []
+    for seed in seeds:
+        fresh = BrowserTaskEnvironment(pool)
+        try:
+            started, cpu = time.perf_counter(), process_tree_cpu_s()
+            reference[seed] = instance(fresh.reset(seed=seed, task_name=task))
+            reset_s.append(time.perf_counter() - started)
+            reset_cpu.append(process_tree_cpu_s() - cpu)
+        finally:
+            fresh.close()
+    distinct = len(set(reference.values()))
+    report.check(
+        distinct > len(seeds) // 2,
+        task,
+        None,
+        f"{len(seeds)} seeds gave {distinct} distinct instance(s) (goal and page): does the task use its seed?",
+    )
+    report.notes.append(
+        f"{task}: a reset in a fresh session takes {sum(reset_s) / len(reset_s):.2f} s, "
+        f"{sum(reset_cpu) / len(reset_cpu):.2f} CPU-s of this process and its browsers"
+    )
+    return reference
+
+
+def check_task(task: str, reference: dict[int, tuple], random_actions: int, pool: BrowserPool, report: Report) -> None:
     first, second = BrowserTaskEnvironment(pool), BrowserTaskEnvironment(pool)
     other_origin = OtherOrigin()
     try:
-        reference, reset_s, reset_cpu = {}, [], []
-        for seed in seeds:  # each seed in a fresh session: the reference instance
-            fresh = BrowserTaskEnvironment(pool)
-            try:
-                started, cpu = time.perf_counter(), process_tree_cpu_s()
-                reference[seed] = instance(fresh.reset(seed=seed, task_name=task))
-                reset_s.append(time.perf_counter() - started)
-                reset_cpu.append(process_tree_cpu_s() - cpu)
-            finally:
-                fresh.close()
-        distinct = len(set(reference.values()))
-        report.check(
-            distinct > len(seeds) // 2,
-            task,
-            None,
-            f"{len(seeds)} seeds gave {distinct} distinct instance(s) (goal and page): does the task use its seed?",
-        )
         rng = random.Random(0)
-        for seed in seeds:
-            check_seed(task, seed, reference[seed], first, second, random_actions, rng, report)
-        first.reset(seed=seeds[0], task_name=task)
+        for seed, instance_of_seed in reference.items():
+            check_seed(task, seed, instance_of_seed, first, second, random_actions, rng, report)
+        first.reset(seed=next(iter(reference)), task_name=task)
         first.act_with(reach_out(other_origin.url))
         report.check(
             not other_origin.hits,
@@ -150,14 +162,15 @@ def check_task(task: str, seeds: list[int], random_actions: int, pool: BrowserPo
             None,
             f"requests to another origin went through: {other_origin.url} got {other_origin.hits}",
         )
-        report.notes.append(
-            f"{task}: a reset in a fresh session takes {sum(reset_s) / len(reset_s):.2f} s, "
-            f"{sum(reset_cpu) / len(reset_cpu):.2f} CPU-s of this process and its browsers"
-        )
     finally:
         other_origin.close()
         first.close()
         second.close()
+
+
+def failed_with(error: Exception, task: str, report: Report) -> None:
+    """A task whose code broke where no check expected it to fails with what it raised."""
+    report.check(False, task, None, f"{type(error).__name__}: {error}".splitlines()[0])
 
 
 def check_seed(task, seed, reference, first, second, random_actions, rng, report) -> None:
@@ -219,25 +232,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("task_modules", nargs="+", help="module names importable from here, or .py paths")
     parser.add_argument("--seeds", type=int, default=5, help="seeds per task, from 0")
     parser.add_argument("--random_actions", type=int, default=20, help="random actions per seed")
+    parser.add_argument("--workers", type=int, default=4, help="tasks checked at a time, on as many browsers")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
     browser_setup.prepare()
     try:
         tasks = task_modules.load(args.task_modules)
     except ValueError as error:
         parser.error(str(error))
-    report = Report()
-    pool = BrowserPool(1)
+    # The resets that measure what a reset costs run one at a time, with nothing beside them; the checks then run
+    # side by side, for most of a check waits on the browser (an action the page refuses waits out 500 ms).
+    pool, seeds = BrowserPool(min(args.workers, len(tasks))), list(range(args.seeds))
+    reports, references = {task: Report() for task in tasks}, {}
     for task in tasks:
         print(f"checking {task} on seeds 0-{args.seeds - 1} ...", flush=True)
         try:
-            check_task(task, list(range(args.seeds)), args.random_actions, pool, report)
-        except Exception as error:  # the task's code broke where no check expected it to
-            report.check(False, task, None, f"{type(error).__name__}: {error}".splitlines()[0])
-    for line in report.notes + report.failures:
+            references[task] = reference_instances(task, seeds, pool, reports[task])
+        except Exception as error:
+            failed_with(error, task, reports[task])
+
+    def check(task: str) -> None:
+        try:
+            check_task(task, references[task], args.random_actions, pool, reports[task])
+        except Exception as error:
+            failed_with(error, task, reports[task])
+
+    with ThreadPoolExecutor(max_workers=args.workers) as checking:
+        list(checking.map(check, references))
+    notes = [note for report in reports.values() for note in report.notes]
+    failures = [failure for report in reports.values() for failure in report.failures]
+    for line in notes + failures:
         print(line)
-    outcome = f"{len(report.failures)} failure(s)" if report.failures else "all checks passed"
+    outcome = f"{len(failures)} failure(s)" if failures else "all checks passed"
     print(f"{len(tasks)} task(s): {outcome}")
-    return 1 if report.failures else 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
