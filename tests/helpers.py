@@ -6,6 +6,7 @@ import queue
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -320,6 +321,14 @@ def scored_episodes(trainer, runner, lora_std: float | None = None) -> dict:
         return trainer._generate_and_score_completions([trainer.train_dataset[0]] * 2)
     finally:
         runner.close()
+
+
+def side_by_side(tasks: list[str], play_in_order, sequences: int) -> dict:
+    """`play_in_order` on every `sequences`-th task from each of the first `sequences`, in as many threads (its
+    results by task, merged): each sequence plays its tasks in a fixed order, while the others wait on their pages."""
+    with ThreadPoolExecutor(max_workers=sequences) as running:
+        parts = running.map(play_in_order, [tasks[start::sequences] for start in range(sequences)])
+        return {task: result for part in parts for task, result in part.items()}
 
 
 @contextlib.contextmanager

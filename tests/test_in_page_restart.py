@@ -11,13 +11,12 @@ task."""
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench import restarts
 from browser_rl.tasks import PRESETS
-from helpers import wait_for
+from helpers import side_by_side, wait_for
 from web_env.server import environment
 from web_env.server.browsers import BrowserPool
 from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
@@ -66,14 +65,6 @@ def evaluate(session, script: str):
     return session._worker.call(session._page.evaluate, script)
 
 
-def side_by_side(tasks: list[str], play_in_order) -> dict:
-    """`play_in_order` on every SEQUENCES-th task from each of the first SEQUENCES, in as many threads (its results
-    by task, merged): each sequence plays its tasks in a fixed order."""
-    with ThreadPoolExecutor(max_workers=SEQUENCES) as running:
-        parts = running.map(play_in_order, [tasks[start::SEQUENCES] for start in range(SEQUENCES)])
-        return {task: result for part in parts for task, result in part.items()}
-
-
 def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
     """For each task in turn, in one restarting session that goes from task to task, as a trainer's does (so that
     the episode left before the first compared one loads the task's page), and one loading session: the
@@ -100,7 +91,7 @@ def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
 def every_task_compared(pool):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(environment, "CONTEXT_EPISODES", 1_000_000)
-        return side_by_side(sorted(TASK_CLASSES), lambda tasks: restarts_compared(pool, tasks))
+        return side_by_side(sorted(TASK_CLASSES), lambda tasks: restarts_compared(pool, tasks), SEQUENCES)
 
 
 @pytest.mark.slow
@@ -124,7 +115,7 @@ def aged_and_compared(pool):
     def age(tasks: list[str]) -> dict:
         return {task: restarts.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1) for task in tasks}
 
-    return side_by_side(AGED + PRESETS["page-reading"], age)
+    return side_by_side(AGED + PRESETS["page-reading"], age, SEQUENCES)
 
 
 @pytest.mark.slow

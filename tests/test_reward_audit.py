@@ -9,7 +9,6 @@ client: the reward any client gets."""
 
 import math
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
@@ -23,7 +22,7 @@ from browser_rl.metrics import episode_metrics
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import TaskSampler
-from helpers import ROOT
+from helpers import ROOT, side_by_side
 from warm_start.page_tree import find, nodes
 from web_env import scoring
 from web_env.models import MINIWOB_TASKS, BrowserGymAction
@@ -127,10 +126,7 @@ def audited():
                     results[task] = error
         return results
 
-    tasks = sorted(ENDINGS)
-    with ThreadPoolExecutor(max_workers=SESSIONS) as running:
-        parts = running.map(play_in_order, [tasks[start::SESSIONS] for start in range(SESSIONS)])
-        return {task: result for part in parts for task, result in part.items()}
+    return side_by_side(sorted(ENDINGS), play_in_order, SESSIONS)
 
 
 # --- endings with the allowed actions -------------------------------------------------------------------------------
