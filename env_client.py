@@ -20,7 +20,6 @@ from typing import Any
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
-from web_env import task_modules
 from web_env.models import TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 log = logging.getLogger("env_client")
@@ -73,11 +72,19 @@ def client_token(token: str | None = None) -> str | None:
 
 class LocalEnvServer:
     """The environment server (`python -m web_env.server`) as a child process for the length of a `with` block; its
-    browsers go with it. It serves the task modules this process loaded (web_env.task_modules) beside MiniWoB.
-    `server_args` go to the server as they are (e.g. ["--idle_timeout_s", "60"])."""
+    browsers go with it. It serves `task_modules` (your own tasks' modules, names or .py paths, as the command that
+    starts it was given them) beside MiniWoB. `server_args` go to the server as they are (e.g. ["--idle_timeout_s",
+    "60"])."""
 
-    def __init__(self, max_sessions: int = 16, server_args: list[str] = (), startup_timeout_s: float = 180.0):
+    def __init__(
+        self,
+        max_sessions: int = 16,
+        task_modules: list[str] = (),
+        server_args: list[str] = (),
+        startup_timeout_s: float = 180.0,
+    ):
         self.max_sessions = max_sessions
+        self.task_modules = list(task_modules)
         self.server_args = list(server_args)
         self.startup_timeout_s = startup_timeout_s
         self.url = f"http://127.0.0.1:{free_port()}"
@@ -120,8 +127,8 @@ class LocalEnvServer:
     def _launch(self) -> None:
         command = [sys.executable, "-m", "web_env.server", "--port", self.url.rsplit(":", 1)[1]]
         command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid()), *self.server_args]
-        if own := task_modules.loaded_modules():  # the tasks this process may play
-            command += ["--task_modules", *own]
+        if self.task_modules:
+            command += ["--task_modules", *self.task_modules]
         # Its own process group, so that stopping it also stops the browsers it launched; and it watches
         # this process, so that it stops by itself if this one is killed.
         self._process = subprocess.Popen(command, start_new_session=True)

@@ -40,7 +40,6 @@ from browser_rl.metrics import setup_logging
 from browser_rl.options import ModalArguments
 from browser_rl.servers import open_server_pool
 from env_client import LocalEnvServer
-from web_env import task_modules
 from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
@@ -94,9 +93,9 @@ class EnvServerSandbox:
 
     startup_timeout_s = SANDBOX_START_TIMEOUT_S
 
-    def __init__(self, settings: ModalArguments, max_sessions: int, token: str, own_tasks: list[str] = ()):
-        self.own_tasks = [Path(module) for module in own_tasks]  # task modules' files, each served with its folder
-        served = [f"{OWN_TASKS_IN_SANDBOX}/{module.parent.name}/{module.name}" for module in self.own_tasks]
+    def __init__(self, settings: ModalArguments, max_sessions: int, task_modules: list[str], token: str):
+        self.task_modules = [Path(module) for module in task_modules]  # their files, each served with its folder
+        served = [f"{OWN_TASKS_IN_SANDBOX}/{module.parent.name}/{module.name}" for module in self.task_modules]
         self.provider = ModalProvider(
             app_name=app.name,
             # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
@@ -110,7 +109,7 @@ class EnvServerSandbox:
         self.url: str | None = None
 
     def start(self) -> None:
-        context = image_context(tuple(self.own_tasks))
+        context = image_context(tuple(self.task_modules))
         dockerfile = context / "server" / "Dockerfile"
         image = ModalProvider.image_from_dockerfile(str(dockerfile), context_dir=str(context))
         self.url = self.provider.start_container(image)
@@ -162,30 +161,28 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str], own_tas
     if own_tasks:
         args += ["--task_modules", *written_task_modules(own_tasks, run_dir / OWN_TASKS)]
     *recipe, settings = parse_command_line((*train.OPTIONS, ModalArguments), args)
-    _, _, servers, _, training_args, _ = recipe
+    tasks, _, servers, _, training_args, _ = recipe
     new_server, callbacks, commit = LocalEnvServer, [], lambda: None
     if not modal.is_local():
         callbacks, commit = [CommitCheckpoints()], checkpoints.commit
         if not servers.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
             servers.env_servers, servers.env_token = settings.modal_env_servers, secrets.token_hex(16)
-            new_server = functools.partial(
-                EnvServerSandbox, settings, token=servers.env_token, own_tasks=task_modules.loaded_modules()
-            )
+            new_server = functools.partial(EnvServerSandbox, settings, token=servers.env_token)
     if settings.gpus() == 1:
         train.main(*recipe, callbacks, new_server)
     else:
-        train_on_ranks(settings.gpus(), args, servers, training_args, new_server, commit)
+        train_on_ranks(settings.gpus(), args, tasks.task_modules, servers, training_args, new_server, commit)
     commit()
     return run_name
 
 
-def train_on_ranks(ranks: int, args: list[str], servers, training_args, new_server, commit) -> None:
+def train_on_ranks(ranks: int, args: list[str], task_modules, servers, training_args, new_server, commit) -> None:
     """train.py under torchrun, one rank per GPU, on environment servers started here for every rank's episodes.
     The ranks are processes of their own, which cannot commit the volume: it is committed every COMMIT_EVERY_S
     meanwhile (a checkpoint caught half written is passed over on resume), and a failed launch fails the attempt,
     so that Modal retries it."""
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, training_args.generation_batch_size * ranks, new_server)
+        pool = open_server_pool(stack, servers, training_args.generation_batch_size * ranks, task_modules, new_server)
         command = [
             *(sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)),
             *(train.__file__, *args, "--env_url", ",".join(pool.urls)),
@@ -244,11 +241,11 @@ def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""
 def launch(config: str, use_peft: bool, run_name: str) -> None:
     extra_args = ["--use_peft"] if use_peft else []
     # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
-    *_, settings = parse_command_line((*train.OPTIONS, ModalArguments), ["--config", config, *extra_args])
+    tasks, *_, settings = parse_command_line((*train.OPTIONS, ModalArguments), ["--config", config, *extra_args])
     config_yaml = Path(config).read_text()
     run_name = run_name or run_name_for(yaml.safe_load(config_yaml))
     print(f"run {run_name}: {config} on a Modal {settings.modal_gpu}, up to {settings.modal_retries} retries")
-    own_tasks = shipped_task_modules(task_modules.loaded_modules())  # the config's task_modules, loaded by parsing it
+    own_tasks = shipped_task_modules(tasks.task_modules)
     train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args, own_tasks)
     print(f"done. Checkpoints and the final model are in the volume {CHECKPOINT_VOLUME}, directory {run_name}:")
     print(f"    modal volume get {CHECKPOINT_VOLUME} {run_name} ./{run_name}")

@@ -255,6 +255,7 @@ def main(
             stack,
             servers,
             training_args.generation_batch_size,
+            tasks.task_modules,
             new_server,
             training_args.local_process_index,
             training_args.world_size,

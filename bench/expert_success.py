@@ -3,7 +3,7 @@
     python bench/expert_success.py --max_turns 15 --max_page_chars 4000   # every expert, 100 seeds (about 15 minutes)
     python bench/expert_success.py --config configs/warm_up/book_flight.yaml --tasks book-flight book-flight-nodelay
     python bench/expert_success.py --tasks book-flight --episodes 20 --show_failures
-    python bench/expert_success.py --config configs/workflows.yaml --tasks workflows   # the workflows' experts
+    python bench/expert_success.py --config configs/workflows.yaml   # the workflows: the tasks and modules it names
 
 Each expert plays its task through the environment server and the episode loop that training uses, reading the page
 as the prompt shows it, with the episode settings a recipe file gives (`--config`: its max_turns, max_page_chars and
@@ -64,9 +64,9 @@ def similarity_groups() -> dict[str, int]:
 
 def main() -> None:
     setup_logging()
-    args, given = parse_command_line([BenchArguments, EpisodeArguments], from_file=[EpisodeArguments])
+    args, given = parse_command_line([BenchArguments, EpisodeArguments], from_file=[BenchArguments, EpisodeArguments])
     args.tasks = list(TaskArguments(task_modules=args.task_modules, tasks=args.tasks).task_weights())
-    experts = known_experts()
+    experts = known_experts(args.task_modules)
     if unknown := set(args.tasks) - set(experts):
         raise SystemExit(f"no expert for {', '.join(sorted(unknown))}; experts: {', '.join(sorted(experts))}")
     settings = episode_settings.resolve(given, None, "").settings
@@ -76,12 +76,12 @@ def main() -> None:
     groups = similarity_groups()
     rows = []
     with contextlib.ExitStack() as stack:
-        servers = open_server_pool(stack, ServerArguments(env_servers=1), max_sessions=16)
+        servers = open_server_pool(stack, ServerArguments(env_servers=1), 16, args.task_modules)
         for task in args.tasks:
             start = time.perf_counter()
             instances = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
             with closing(EpisodeRunner(servers, tokenizer, settings)) as runner:
-                played = record(runner, instances, expert_policy(chat))
+                played = record(runner, instances, expert_policy(chat, experts))
             solved = sum(d.solved for d in played)
             low, high = wilson_interval(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)

@@ -4,7 +4,8 @@ BrowserEnv, the same seeds and actions, one after the other in one run.
 
     python bench/own_task_cost.py                  # the coffee task, 20 episodes each
     python bench/own_task_cost.py --episodes 50
-    python bench/own_task_cost.py --tasks workflows --episodes 10      # each workflow, played by its expert
+    python bench/own_task_cost.py --episodes 10 --tasks book-clinic pay-bills shop-checkout \
+        --task_modules workflows/clinic/clinic_task.py workflows/bills/bills_task.py workflows/shop/shop_task.py
 
 Each coffee episode: a reset, then the four actions that place the goal's order (two clicks, a fill, a click), each
 observed. A workflow's episode: a reset, then its expert's actions (warm_start.experts), read off the page as the
@@ -24,7 +25,7 @@ import gymnasium as gym
 from browsergym.utils.obs import flatten_axtree_to_str
 
 from browser_rl.prompts import cut_page
-from browser_rl.tasks import parse_tasks, preset_task_modules
+from browser_rl.tasks import parse_tasks
 from env_client import BrowserGymEnv, LocalEnvServer, cpu_reading
 from warm_start.experts import Expert, known_experts
 from web_env import task_modules
@@ -91,8 +92,8 @@ async def play_on_the_server(url: str, task: str, seeds: list[int], expert: Expe
     return solved
 
 
-def server_figures(task: str, seeds: list[int], expert: Expert, max_page_chars: int) -> dict:
-    with LocalEnvServer(max_sessions=1, server_args=["--browsers", "1"]) as server:
+def server_figures(task: str, modules: list[str], seeds: list[int], expert: Expert, max_page_chars: int) -> dict:
+    with LocalEnvServer(max_sessions=1, task_modules=modules, server_args=["--browsers", "1"]) as server:
         # The browser launched and the page made: not counted
         asyncio.run(play_on_the_server(server.url, task, seeds[:1], expert, max_page_chars))
         # The client: this process alone (the server is its child, counted by its own GET /cpu).
@@ -127,16 +128,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--tasks", nargs="+", default=["order-coffee"], help="order-coffee, or own tasks with experts")
+    parser.add_argument("--task_modules", nargs="*", default=[], help="the modules of the own tasks named")
     parser.add_argument("--max_page_chars", type=int, default=2500, help="the page as the experts read it")
     args = parser.parse_args()
     browser_setup.prepare()
-    task_modules.load([str(COFFEE), *preset_task_modules(args.tasks)])
-    experts = {**known_experts(), "order-coffee": order_coffee}
+    modules = [str(COFFEE), *args.task_modules]
+    task_modules.load(modules)
+    experts = {**known_experts(args.task_modules), "order-coffee": order_coffee}
     seeds = list(range(args.episodes))
     n = args.episodes
     tasks = list(parse_tasks(args.tasks))
     # This server's figures first: BrowserEnv leaves Playwright's event loop running in this thread
-    ours = {task: server_figures(task, seeds, experts[task], args.max_page_chars) for task in tasks}
+    ours = {task: server_figures(task, modules, seeds, experts[task], args.max_page_chars) for task in tasks}
     theirs = {task: browsergym_figures(task, seeds, experts[task], args.max_page_chars) for task in tasks}
     for task in tasks:
         print(f"{task}, {n} episodes (a reset and each action observed)")

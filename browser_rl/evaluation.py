@@ -302,7 +302,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
     model, tokenizer = load_policy(policy)
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, max_sessions=args.batch_size)
+        pool = open_server_pool(stack, servers, args.batch_size, tasks.task_modules)
         runner = EpisodeRunner(pool, tokenizer, play.settings, lockstep=episodes.lockstep)
         stack.callback(runner.close)
         cpu_before = pool.cpu_readings()

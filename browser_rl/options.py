@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
-from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks, preset_task_modules
+from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks
 from web_env import task_modules
 from web_env.models import MAX_SETTLE_MS
 
@@ -41,8 +41,7 @@ class TaskArguments:
     )
 
     def __post_init__(self):
-        # Their tasks are known from here on; a preset of own tasks (workflows) loads its modules
-        task_modules.load(self.task_modules + preset_task_modules(self.tasks))
+        task_modules.load(self.task_modules)  # their tasks are known from here on
         if self.task_name not in known_tasks():
             raise ValueError(f"task_name: unknown task {self.task_name!r}")
         self.task_weights()  # a mistake in the list fails here

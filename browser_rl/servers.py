@@ -109,14 +109,16 @@ def open_server_pool(
     stack: contextlib.ExitStack,
     servers: ServerArguments,
     max_sessions: int,
+    task_modules: list[str] = (),
     new_server: Callable = LocalEnvServer,
     local_rank: int = 0,
     world_size: int = 1,
 ) -> ServerPool:
     """The servers a command plays on, decided here alone (train.py, evaluate.py, modal_app.py, the recorder and the
     benchmarks open theirs here): servers.env_url's, or else servers.env_servers servers that the command starts side
-    by side and `stack` stops. `new_server(max_sessions)` makes one: a web_env.server process by default, a Modal
-    sandbox in modal_app.py. Each can hold the whole batch, so that the others can take over a failed one's sessions.
+    by side and `stack` stops. `new_server(max_sessions, task_modules)` makes one, serving the command's own task
+    modules beside MiniWoB: a web_env.server process by default, a Modal sandbox in modal_app.py. Each can hold the
+    whole batch, so that the others can take over a failed one's sessions.
 
     Under a launcher (world_size ranks, of which this is local_rank on its machine), the first rank of each machine
     starts that machine's servers and every rank of the machine plays on them too, each listing them from its own
@@ -126,7 +128,8 @@ def open_server_pool(
     reach = {"token": servers.env_token, "timeout_s": servers.env_timeout_s}
 
     def start() -> ServerPool:
-        return ServerPool.started(stack, [new_server(max_sessions) for _ in range(servers.env_servers)], **reach)
+        started = [new_server(max_sessions, task_modules) for _ in range(servers.env_servers)]
+        return ServerPool.started(stack, started, **reach)
 
     if world_size == 1:
         return ServerPool(servers.env_url, **reach) if servers.env_url else start()

@@ -9,7 +9,6 @@ that a task nobody solves yet, or one that was mastered and is being forgotten, 
 
 import functools
 import random
-from pathlib import Path
 
 from web_env import task_modules
 from web_env.models import MINIWOB_TASKS
@@ -22,17 +21,6 @@ PRESETS = {
     # login-user takes three actions, click-option two.
     "page-reading": ["click-button", "click-tab", "click-option", "focus-text-2", "enter-text", "login-user"],
     "all": sorted(MINIWOB_TASKS),  # every MiniWoB task BrowserGym scores
-    # The three realistic workflows of workflows/ (docs/workflows.md): tasks of task modules, which naming the
-    # preset loads.
-    "workflows": ["book-clinic", "pay-bills", "shop-checkout"],
-}
-WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
-PRESET_TASK_MODULES = {
-    "workflows": [
-        str(WORKFLOWS / "clinic/clinic_task.py"),
-        str(WORKFLOWS / "bills/bills_task.py"),
-        str(WORKFLOWS / "shop/shop_task.py"),
-    ],
 }
 # BrowserGym's own split of MiniWoB (browsergym-experiments' task metadata): 62 train and 63 test tasks, split by
 # families of similar tasks, so that the test tasks are unseen families, not unseen seeds of trained ones.
@@ -46,11 +34,6 @@ SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running
 def known_tasks() -> tuple[str, ...]:
     """Every task a run may name: MiniWoB's, and those of the task modules loaded (TaskArguments.task_modules)."""
     return MINIWOB_TASKS + task_modules.own_tasks()
-
-
-def preset_task_modules(entries: list[str]) -> list[str]:
-    """The task modules that the presets named in a task list need loaded (their tasks are a module's)."""
-    return [module for entry in entries for module in PRESET_TASK_MODULES.get(entry.partition(":")[0], [])]
 
 
 def parse_tasks(entries: list[str]) -> dict[str, float]:

@@ -59,6 +59,6 @@ def recipe_settings(config: str) -> EpisodeSettings:
 def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer, tasks, settings):
     instances = [(task, seed) for task in tasks for seed in SEEDS]
     with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, settings)) as runner:
-        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, settings.max_page_chars)))
+        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, settings.max_page_chars), EXPERTS))
     unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
     assert unsolved == []

@@ -2,6 +2,7 @@
 its container does), its wire types are a leaf, and nothing that trains, evaluates, records or launches loads the
 environment's server (its browsers, its Playwright patch, its app), whose modules each do one job."""
 
+import ast
 import os
 import re
 import shutil
@@ -29,6 +30,47 @@ def product_modules() -> list[str]:
 
 def test_the_wire_contract_imports_nothing_of_the_project():
     assert local_modules("web_env/models.py") == set()
+
+
+def test_the_client_imports_only_openenv_the_wire_types_and_the_standard_library():
+    # As OpenEnv's own clients: a user's loop that plays on the server needs nothing of the recipe.
+    tree = ast.parse((ROOT / "env_client.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    allowed = {m for m in imported if m.split(".")[0] in sys.stdlib_module_names or m.split(".")[0] == "openenv"}
+    assert imported - allowed == {"web_env.models"}
+
+
+def test_the_recipe_installed_as_a_package_runs_the_workflows_config_from_a_users_folder(tmp_path):
+    """A non-editable install (pip install .), and a folder holding the workflows and their config as a user copies
+    them: the config names its task modules, which the installed package loads from that folder."""
+    source, installed, users = tmp_path / "source", tmp_path / "site", tmp_path / "project"
+    source.mkdir()
+    for part in ("pyproject.toml", "README.md", "env_client.py", "rewards.py"):
+        shutil.copy(ROOT / part, source / part)
+    for package in ("browser_rl", "web_env", "warm_start"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target"]
+    subprocess.run([*command, str(installed), str(source)], check=True, capture_output=True)
+    shutil.copytree(ROOT / "workflows", users / "workflows", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "configs", users / "configs")
+    code = (
+        "import browser_rl; from browser_rl.command_line import parse_command_line; "
+        "from browser_rl.options import TaskArguments; "
+        "(tasks,) = parse_command_line([TaskArguments], ['--config', 'configs/workflows.yaml']); "
+        "print(browser_rl.__file__); print(sorted(tasks.task_weights()))"
+    )
+    path = os.pathsep.join([str(installed), *(p for p in sys.path if p and ROOT.as_posix() not in p)])
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        cwd=users,
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    where, tasks = run.stdout.splitlines()
+    assert where.startswith(str(installed)) and tasks == "['book-clinic', 'pay-bills', 'shop-checkout']"
 
 
 def test_nothing_that_trains_evaluates_records_or_launches_loads_the_environment_server():

@@ -174,7 +174,6 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
     calls = cloud.calls
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(modal_app, "train_remote", cloud)
-    monkeypatch.setattr(task_modules, "_loaded", {})  # as in `modal run`'s own process: modules earlier tests loaded go
     modal_app.main.info.raw_f(config="config.yaml", use_peft=True, run_name="")
 
     config_yaml, run_name, extra_args = calls["remote"]
@@ -230,7 +229,7 @@ def health_checks(monkeypatch):
 def sandbox_pool(stack, settings, count: int = 2) -> ServerPool:
     """The server pool a run opens without env_url when its servers are Modal sandboxes."""
     sandbox = functools.partial(modal_app.EnvServerSandbox, settings, token="t0ken")
-    return open_server_pool(stack, ServerArguments(env_servers=count), 16, sandbox)
+    return open_server_pool(stack, ServerArguments(env_servers=count), 16, [], sandbox)
 
 
 def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the_runs_token(health_checks, monkeypatch):
@@ -278,7 +277,7 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
 
     def main(tasks, episodes, servers, phases, training_args, model_args, callbacks, new_server):
         with ExitStack() as stack:  # the servers train.main would open
-            pool = open_server_pool(stack, servers, training_args.generation_batch_size, new_server)
+            pool = open_server_pool(stack, servers, training_args.generation_batch_size, tasks.task_modules, new_server)
             trained.update(token=servers.env_token, urls=pool.urls, callbacks=callbacks)
             trained["batch"] = training_args.generation_batch_size
 
@@ -363,24 +362,46 @@ def test_a_failed_torchrun_fails_the_attempt_so_that_modal_retries_it(monkeypatc
         modal_app.train_remote.local((ROOT / "config.yaml").read_text() + "modal_gpu: A100:2\n", "run-e", [])
 
 
+OWN_TASK = {"coffee/coffee_task.py": "order-coffee"}
+WORKFLOWS = {
+    "clinic/clinic_task.py": "book-clinic",
+    "bills/bills_task.py": "pay-bills",
+    "shop/shop_task.py": "shop-checkout",
+}
+
+
+@pytest.mark.parametrize(
+    "where, config, shipped",
+    [("tests/own_tasks", None, OWN_TASK), ("workflows", ROOT / "configs/workflows.yaml", WORKFLOWS)],
+    ids=["your own task", "the workflows' config"],
+)
 def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_its_image(
-    monkeypatch, tmp_path, health_checks
+    monkeypatch, tmp_path, health_checks, where, config, shipped
 ):
-    # modal run, from the folder that holds coffee/, with a config naming its module.
-    monkeypatch.setattr(task_modules, "_loaded", {})  # this process's task modules: the run's alone
-    monkeypatch.chdir(ROOT / "tests" / "own_tasks")
-    config = tmp_path / "coffee.yaml"
-    config.write_text((ROOT / "config.yaml").read_text() + "task_modules: [coffee/coffee_task.py]\n")
+    # modal run, from the project's folder, with a config naming the modules: the workflows' config as it is, and
+    # config.yaml with your own task's module, run from the folder that holds it.
+    monkeypatch.chdir(ROOT if config else ROOT / where)
+    if config is None:
+        config = tmp_path / "coffee.yaml"
+        config.write_text((ROOT / "config.yaml").read_text() + "task_modules: [coffee/coffee_task.py]\n")
     cloud = RecordingFunction()
     train_remote = modal_app.train_remote
     monkeypatch.setattr(modal_app, "train_remote", cloud)
     modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="run-o")
     config_yaml, own_tasks = cloud.calls["remote"][0], cloud.calls["own_tasks"]
-    assert own_tasks["modules"] == ["coffee/coffee_task.py"]
-    assert sorted(own_tasks["files"]) == ["coffee/app/index.html", "coffee/app/thanks.html", "coffee/coffee_task.py"]
+    assert own_tasks["modules"] == list(shipped)
+    folders = {module.split("/")[0] for module in shipped}
+    on_disk = {
+        f"{folder}/{file.relative_to(ROOT / where / folder)}": file.read_bytes()
+        for folder in folders
+        for file in (ROOT / where / folder).rglob("*")
+        if file.is_file() and "__pycache__" not in file.parts
+    }
+    assert own_tasks["files"] == on_disk
+    assert config is not None or sorted(on_disk) == ["coffee/app/index.html", "coffee/app/thanks.html", *OWN_TASK]
 
-    # The GPU's container, elsewhere: the module is trained on from the run's directory, and served by the sandboxes.
-    monkeypatch.setattr(task_modules, "_loaded", {})
+    # The GPU's container, elsewhere: the modules are trained on from the run's directory, and served by the sandboxes.
+    monkeypatch.setattr(task_modules, "_loaded", {})  # that process's task modules: the run's alone
     monkeypatch.chdir(tmp_path)
     sdk, trained = FakeModalSDK(), {}
     monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
@@ -390,19 +411,18 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
 
     def main(tasks, episodes, servers, phases, training_args, model_args, callbacks, new_server):
         with ExitStack() as stack:
-            open_server_pool(stack, servers, training_args.generation_batch_size, new_server)
-            trained["tasks"] = known_tasks()
+            open_server_pool(stack, servers, training_args.generation_batch_size, tasks.task_modules, new_server)
+            trained["tasks"], trained["loaded"] = known_tasks(), task_modules.loaded_modules()
 
     monkeypatch.setattr(train, "main", main)
     train_remote.local(config_yaml, "run-o", [], own_tasks)
-    written = tmp_path / "run-o" / "own_tasks" / "coffee"
-    assert (written / "app" / "index.html").read_bytes() == (
-        ROOT / "tests/own_tasks/coffee/app/index.html"
-    ).read_bytes()
-    assert "order-coffee" in trained["tasks"]
-    served = "--task_modules /src/web_env/own_tasks/coffee/coffee_task.py"
+    written = tmp_path / "run-o" / "own_tasks"
+    assert {name: (written / name).read_bytes() for name in on_disk} == on_disk
+    assert set(shipped.values()) <= set(trained["tasks"])
+    assert all(Path(module).is_relative_to(written) for module in trained["loaded"])  # nothing from this checkout
+    served = "--task_modules " + " ".join(f"/src/web_env/own_tasks/{module}" for module in shipped)
     assert sdk.commands and all(served in command for _, command in sdk.commands if "web_env.server" in command)
     for sandbox in sdk.sandboxes:
         _, dockerfile, context = sandbox["image"]
-        assert (Path(context) / "own_tasks" / "coffee" / "app" / "thanks.html").is_file()
+        assert all((Path(context) / "own_tasks" / name).is_file() for name in on_disk)
         assert Path(dockerfile).read_text() == (ROOT / "web_env/server/Dockerfile").read_text()

@@ -39,10 +39,11 @@ FILE_BLOCK = re.compile(r'```\w+ title="([^"]+)"\n(.*?)```', re.S)
 
 @pytest.fixture(scope="module")
 def coffee_server():
-    """A server with the coffee module and its broken variants, started as a training run starts it: by a process that
-    loaded the modules."""
-    task_modules.load([str(COFFEE), str(FAULTY)])
-    with LocalEnvServer(max_sessions=4, server_args=["--browsers", "1"]) as server:
+    """A server with the coffee module and its broken variants, started as a training run starts it: given the modules
+    the run loaded."""
+    modules = [str(COFFEE), str(FAULTY)]
+    task_modules.load(modules)
+    with LocalEnvServer(max_sessions=4, task_modules=modules, server_args=["--browsers", "1"]) as server:
         yield server
 
 
@@ -79,11 +80,8 @@ def test_an_own_task_is_played_through_openenvs_public_client_with_the_right_rew
         assert client.reset(task_name="click-test", seed=1).observation["goal"] == "Click the button."
 
 
-def test_a_server_without_the_module_refuses_its_task_naming_the_task_and_the_server(
-    coffee_server, tokenizer, monkeypatch
-):
+def test_a_server_without_the_module_refuses_its_task_naming_the_task_and_the_server(coffee_server, tokenizer):
     # A run that loaded the module, on a server started without it (a remote one, say).
-    monkeypatch.setattr(task_modules, "loaded_modules", lambda: [])
     with LocalEnvServer(max_sessions=1, server_args=["--browsers", "1"]) as bare:
         runner = EpisodeRunner(ServerPool([bare.url]), tokenizer, EpisodeSettings(max_turns=1))
         try:

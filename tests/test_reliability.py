@@ -50,8 +50,8 @@ def train_with_fault(model: str, output_dir, fault, *overrides: str) -> tuple[st
     so the trainer runs in the test's process."""
     started = []
 
-    def new_server(max_sessions: int) -> LocalEnvServer:
-        started.append(LocalEnvServer(max_sessions))
+    def new_server(max_sessions: int, task_modules: list[str]) -> LocalEnvServer:
+        started.append(LocalEnvServer(max_sessions, task_modules))
         return started[-1]
 
     at_step_one = AtTheEndOfStepOne(lambda: fault(started))

@@ -40,7 +40,7 @@ def test_the_split_presets_are_browsergym_s_own_split_and_no_family_of_tasks_str
         (
             ["click-buton"],
             "'click-buton' is neither a task (MiniWoB's, or one of task_modules') nor a preset"
-            " (page-reading, all, workflows, browsergym-train, browsergym-test)",
+            " (page-reading, all, browsergym-train, browsergym-test)",
         ),
         (["click-test:x"], "weight of 'click-test:x' is not a number"),
         (["click-test:0"], "weight of 'click-test:0' must be positive"),

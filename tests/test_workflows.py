@@ -10,13 +10,12 @@ import sys
 from contextlib import closing
 
 import pytest
+import yaml
 
-import warm_start.experts
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from browser_rl.tasks import PRESETS, preset_task_modules
 from env_client import LocalEnvServer
 from helpers import ROOT, alive, sessions_in_this_process, wait_for
 from warm_start.experts import expert_policy, known_experts
@@ -24,15 +23,14 @@ from warm_start.record import record
 from web_env import task_modules
 from web_env.server import check_tasks
 
-WORKFLOWS = PRESETS["workflows"]
-MODULES = preset_task_modules(["workflows"])
-SETTINGS = EpisodeSettings(max_turns=14, max_page_chars=2500)  # configs/workflows.yaml's
+RECIPE = yaml.safe_load((ROOT / "configs" / "workflows.yaml").read_text())
+WORKFLOWS, MODULES = RECIPE["tasks"], [str(ROOT / module) for module in RECIPE["task_modules"]]
+SETTINGS = EpisodeSettings(max_turns=RECIPE["max_turns"], max_page_chars=RECIPE["max_page_chars"])
 
 
 @pytest.fixture(scope="module")
 def workflows_server():
-    task_modules.load(MODULES)
-    with LocalEnvServer(max_sessions=6, server_args=["--browsers", "1"]) as server:
+    with LocalEnvServer(max_sessions=6, task_modules=MODULES, server_args=["--browsers", "1"]) as server:
         yield server
 
 
@@ -68,7 +66,8 @@ def test_the_experts_solve_each_workflow_through_the_server_in_6_to_15_actions_o
 ):
     instances = [(task, 1_000_001) for task in WORKFLOWS]  # bench/expert_success.py plays 100 seeds each
     with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
-        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
+        policy = expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars), known_experts(MODULES))
+        played = record(runner, instances, policy)
     for demonstration in played:
         label = f"{demonstration.task} seed {demonstration.seed}"
         assert demonstration.solved, f"{label}: {[turn.reply for turn in demonstration.turns]}"
@@ -87,14 +86,13 @@ def misread(goal: str, task: str) -> str:
 
 
 @pytest.mark.parametrize("task", WORKFLOWS)
-def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(
-    workflows_server, tokenizer, task, monkeypatch
-):
-    expert = known_experts()[task]
+def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(workflows_server, tokenizer, task):
+    expert = known_experts(MODULES)[task]
     misreading = {task: lambda goal, page, history: expert(misread(goal, task), page, history)}
-    monkeypatch.setattr(warm_start.experts, "known_experts", lambda: misreading)
     with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
-        (episode,) = runner.run([(task, 1_000_003)], expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars)))
+        (episode,) = runner.run(
+            [(task, 1_000_003)], expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars), misreading)
+        )
     quantity = int(episode.first_observation.goal.split()[1]) if task == "shop-checkout" else 0
     wrong_value = {"book-clinic": "'556-", "pay-bills": "'2026-11-", "shop-checkout": f", '{quantity + 1}')"}[task]
     assert any(wrong_value in (action or "") for action in episode.actions), episode.actions

@@ -17,7 +17,6 @@ from browser_rl.generation import written
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import Episode, Policy
 from warm_start.page_tree import Node, find, nodes, quoted, texts_under
-from web_env import task_modules
 
 # The expert's actions so far, each with the error it raised ("" if none), as the policy's messages tell them.
 History = list[tuple[str, str]]
@@ -237,12 +236,12 @@ EXPERTS: dict[str, Expert] = {
 }
 
 
-def known_experts() -> dict[str, Expert]:
-    """The experts above, and those of the task modules this process loaded: a task module's folder may hold an
-    `expert.py` whose EXPERTS maps its tasks' ids to their experts (workflows/clinic/expert.py). They run here, on the
-    recording side; the environment server, which loads the task modules, never imports them."""
+def known_experts(task_modules: list[str] = ()) -> dict[str, Expert]:
+    """The experts above, and those beside `task_modules` (loaded: TaskArguments loads them): a task module's folder
+    may hold an `expert.py` whose EXPERTS maps its tasks' ids to their experts (workflows/clinic/expert.py). They run
+    here, on the recording side; the environment server, which loads the task modules, never imports them."""
     experts = dict(EXPERTS)
-    for module in task_modules.loaded_modules():
+    for module in task_modules:
         beside = Path(module if module.endswith(".py") else sys.modules[module].__file__).with_name("expert.py")
         if beside.is_file():
             experts.update(_load_experts(beside))
@@ -258,10 +257,9 @@ def _load_experts(path: Path) -> dict[str, Expert]:
     return sys.modules[name].EXPERTS
 
 
-def expert_policy(chat: ChatTurns) -> Policy:
-    """A policy that replies to each episode with its task's expert's action, reading the page through `chat`
-    exactly as the prompt shows it."""
-    experts = known_experts()
+def expert_policy(chat: ChatTurns, experts: dict[str, Expert]) -> Policy:
+    """A policy that replies to each episode with its task's expert (of `experts`, by task), reading the page through
+    `chat` exactly as the prompt shows it."""
 
     def reply(episode: Episode) -> str:
         history = list(zip(episode.actions, episode.errors, strict=True))

@@ -73,7 +73,7 @@ def record_mix(
 
 def main(argv: list[str] | None = None) -> None:
     args, tasks, episodes, servers, model_args = parse_command_line(OPTIONS, argv)
-    scripted = PLANS if args.replies else known_experts()
+    scripted = PLANS if args.replies else known_experts(tasks.task_modules)
     if args.replies is not None and args.replies not in REPLY_MIXES:
         raise ConfigError(f"replies: {args.replies!r} is not one of {', '.join(sorted(REPLY_MIXES))}")
     if missing := sorted(set(tasks.task_weights()) - set(scripted)):
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = range(args.first_seed, args.first_seed + args.episodes)
     log.info("recording with %s", settings.describe())
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, max_sessions=BATCH)
+        pool = open_server_pool(stack, servers, BATCH, tasks.task_modules)
         if args.replies:
             mix = REPLY_MIXES[args.replies]
             demonstrations = [
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             instances = [(task, seed) for task in tasks.task_weights() for seed in seeds]
             runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
-            policy = expert_policy(ChatTurns(tokenizer, settings.max_page_chars))
+            policy = expert_policy(ChatTurns(tokenizer, settings.max_page_chars), scripted)
             demonstrations = record(runner, instances, policy, servers.max_env_failures)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
