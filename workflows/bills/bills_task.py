@@ -3,7 +3,7 @@ the goal expects, each on the date it asks, leave the others, sign out.
 
 The portal is a server process of its own (portal.py), shared by every episode of this process, as a real app's
 server is shared by its users: each episode is a tenant of it, and the page reaches it only through the episode's
-proxy (`PortalProxy`), which names the tenant. `validate` asks the portal what was paid.
+proxy (`PortalProxy`, below the task), which names the tenant. `validate` asks the portal what was paid.
 """
 
 import http.client
@@ -20,65 +20,6 @@ from browsergym.core.task import AbstractBrowserTask
 from web_env.task_app import serve_app
 
 HERE = Path(__file__).resolve().parent
-BILLS = [  # (kind, payee)
-    ("Electricity", "City Power"),
-    ("Water", "Metro Water"),
-    ("Gas", "Northern Gas"),
-    ("Internet", "FastNet"),
-    ("Phone", "Mobi Mobile"),
-    ("Insurance", "SafeHome"),
-]
-USERS = ["kim.lee", "ana.diaz", "sam.cole", "li.wang", "raj.mehta", "eva.novak", "tom.reed", "ola.berg"]
-PASSWORD_WORDS = ["maple", "river", "stone", "cloud", "amber", "delta", "lumen", "north"]
-
-_portal: dict = {}
-_portal_lock = threading.Lock()
-
-
-def portal_address() -> tuple[str, int]:
-    """The portal's host and port, started once in this process; it stops when this process ends (its stdin closes)."""
-    with _portal_lock:
-        if "process" not in _portal or _portal["process"].poll() is not None:
-            process = subprocess.Popen(
-                [sys.executable, str(HERE / "portal.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-            )
-            url = urlsplit(process.stdout.readline().split()[-1])
-            _portal.update(process=process, address=(url.hostname, url.port))
-        return _portal["address"]
-
-
-def portal_call(method: str, path: str, body: bytes = b"", headers: dict | None = None):
-    connection = http.client.HTTPConnection(*portal_address(), timeout=10)
-    try:
-        connection.request(method, path, body, headers or {})
-        response = connection.getresponse()
-        return response.status, response.getheaders(), response.read()
-    finally:
-        connection.close()
-
-
-class PortalProxy:
-    """The episode's backend: every request of its page goes to the portal's site, for its tenant alone."""
-
-    FORWARDED = ("content-type", "location", "set-cookie")
-
-    def __init__(self, tenant: str):
-        self.tenant = tenant
-
-    def __call__(self, environ, start_response):
-        body = environ["wsgi.input"].read()
-        path = "/site" + environ["PATH_INFO"] + (f"?{environ['QUERY_STRING']}" if environ["QUERY_STRING"] else "")
-        headers = {
-            "Content-Type": environ.get("CONTENT_TYPE", ""),
-            "Cookie": environ.get("HTTP_COOKIE", ""),
-            "X-Tenant": self.tenant,  # set here, whatever the page sent
-        }
-        status, answer_headers, content = portal_call(environ["REQUEST_METHOD"], path, body, headers)
-        start_response(
-            f"{status} {http.client.responses.get(status, '')}",
-            [(k, v) for k, v in answer_headers if k.lower() in self.FORWARDED],
-        )
-        return [content]
 
 
 class PayBills(AbstractBrowserTask):
@@ -192,3 +133,64 @@ class PayBills(AbstractBrowserTask):
 
 
 register_task("pay-bills", PayBills)
+
+
+BILLS = [  # (kind, payee)
+    ("Electricity", "City Power"),
+    ("Water", "Metro Water"),
+    ("Gas", "Northern Gas"),
+    ("Internet", "FastNet"),
+    ("Phone", "Mobi Mobile"),
+    ("Insurance", "SafeHome"),
+]
+USERS = ["kim.lee", "ana.diaz", "sam.cole", "li.wang", "raj.mehta", "eva.novak", "tom.reed", "ola.berg"]
+PASSWORD_WORDS = ["maple", "river", "stone", "cloud", "amber", "delta", "lumen", "north"]
+
+_portal: dict = {}
+_portal_lock = threading.Lock()
+
+
+def portal_address() -> tuple[str, int]:
+    """The portal's host and port, started once in this process; it stops when this process ends (its stdin closes)."""
+    with _portal_lock:
+        if "process" not in _portal or _portal["process"].poll() is not None:
+            process = subprocess.Popen(
+                [sys.executable, str(HERE / "portal.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            url = urlsplit(process.stdout.readline().split()[-1])
+            _portal.update(process=process, address=(url.hostname, url.port))
+        return _portal["address"]
+
+
+def portal_call(method: str, path: str, body: bytes = b"", headers: dict | None = None):
+    connection = http.client.HTTPConnection(*portal_address(), timeout=10)
+    try:
+        connection.request(method, path, body, headers or {})
+        response = connection.getresponse()
+        return response.status, response.getheaders(), response.read()
+    finally:
+        connection.close()
+
+
+class PortalProxy:
+    """The episode's backend: every request of its page goes to the portal's site, for its tenant alone."""
+
+    FORWARDED = ("content-type", "location", "set-cookie")
+
+    def __init__(self, tenant: str):
+        self.tenant = tenant
+
+    def __call__(self, environ, start_response):
+        body = environ["wsgi.input"].read()
+        path = "/site" + environ["PATH_INFO"] + (f"?{environ['QUERY_STRING']}" if environ["QUERY_STRING"] else "")
+        headers = {
+            "Content-Type": environ.get("CONTENT_TYPE", ""),
+            "Cookie": environ.get("HTTP_COOKIE", ""),
+            "X-Tenant": self.tenant,  # set here, whatever the page sent
+        }
+        status, answer_headers, content = portal_call(environ["REQUEST_METHOD"], path, body, headers)
+        start_response(
+            f"{status} {http.client.responses.get(status, '')}",
+            [(k, v) for k, v in answer_headers if k.lower() in self.FORWARDED],
+        )
+        return [content]

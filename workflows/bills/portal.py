@@ -15,9 +15,13 @@ import secrets
 import sys
 import threading
 from html import escape
+from pathlib import Path
 from socketserver import ThreadingMixIn
+from string import Template
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+TEMPLATES = Path(__file__).parent / "templates"  # the site's pages, filled in here; app/ holds what is served as it is
 
 
 class Tenant:
@@ -84,13 +88,13 @@ class Site:
     def answer(self, method: str, path: str, body: bytes):
         form = {key: values[0].strip() for key, values in parse_qs(body.decode()).items()}
         if path == "/" or (not self.signed_in and path != "/signin"):
-            return page(sign_in_form())
+            return page(render("sign_in.html", error=""))
         if path == "/signin" and method == "POST":
             return self.sign_in(form)
         if path == "/signout":
             self.tenant.signed_out = True
             self.tenant.sessions.clear()
-            return page("<h1>You are signed out</h1><p>Thank you for using Homeline.</p>")
+            return page(render("signed_out.html"))
         if path == "/accounts":
             return page(self.accounts())
         parts = path.strip("/").split("/")
@@ -99,12 +103,12 @@ class Site:
             return "404 Not Found", [("Content-Type", "text/plain")], "not found"
         if method == "POST":
             return self.pay(account, form)
-        return page(pay_form(account))
+        return page(render("pay.html", **shown(account), error=""))
 
     def sign_in(self, form: dict):
         customer = self.tenant.customer
         if (form.get("user"), form.get("password")) != (customer["user"], customer["password"]):
-            return page(sign_in_form("Wrong user name or password."))
+            return page(render("sign_in.html", error=render("error.html", message="Wrong user name or password.")))
         session = secrets.token_hex(16)
         self.tenant.sessions.add(session)
         return "303 See Other", [("Location", "/accounts"), ("Set-Cookie", f"session={session}; Path=/")], ""
@@ -113,18 +117,15 @@ class Site:
         sections = []
         for account in self.tenant.customer["accounts"]:
             paid = [p for p in self.tenant.payments if p["account"] == account["id"]]
-            status = "".join(f"<p>Payment of ${p['amount']} scheduled for {p['date']}</p>" for p in paid)
-            sections.append(
-                f"<section><h2>{account['kind']}: {escape(account['payee'])}</h2><p>Account {account['number']}. "
-                f"Amount due: ${account['due']} by {account['due_date']}</p>{status}"
-                f'<a href="/accounts/{account["id"]}/pay">Pay {account["kind"]} bill</a></section>'
-            )
-        return '<h1>Your accounts</h1><p><a href="/signout">Sign out</a></p>' + "".join(sections)
+            payments = "".join(render("payment.html", amount=p["amount"], date=p["date"]) for p in paid)
+            sections.append(render("account.html", **shown(account), payments=payments))
+        return render("accounts.html", accounts="".join(sections))
 
     def pay(self, account: dict, form: dict):
         amount, date = cents(form.get("amount", "")), form.get("date", "")
         if amount is None or not valid_date(date):
-            return page(pay_form(account, "Enter the amount as 84.20 and the date as YYYY-MM-DD."))
+            error = render("error.html", message="Enter the amount as 84.20 and the date as YYYY-MM-DD.")
+            return page(render("pay.html", **shown(account), error=error))
         self.tenant.payments.append({"account": account["id"], "amount": amount, "date": date})
         return "303 See Other", [("Location", "/accounts")], ""
 
@@ -143,35 +144,21 @@ def valid_date(text: str) -> bool:
     return len(parts) == 3 and all(part.isdigit() for part in parts) and [len(p) for p in parts] == [4, 2, 2]
 
 
-def sign_in_form(error: str = "") -> str:
-    return (
-        f"<h1>Sign in</h1>{f'<p>{error}</p>' if error else ''}"
-        '<form method="post" action="/signin"><section>'
-        '<label>User name <input type="text" name="user"></label>'
-        '<label>Password <input type="password" name="password"></label>'
-        "<button>Sign in</button></section></form>"
-    )
+def shown(account: dict) -> dict:
+    """What the pages show of an account, as template values."""
+    return {
+        **{key: account[key] for key in ("id", "kind", "number", "due", "due_date")},
+        "payee": escape(account["payee"]),
+    }
 
 
-def pay_form(account: dict, error: str = "") -> str:
-    return (
-        f"<h1>Pay {account['kind']}: {escape(account['payee'])}</h1>"
-        f"<p>Statement for account {account['number']}: ${account['due']} due by {account['due_date']}.</p>"
-        f"{f'<p>{error}</p>' if error else ''}"
-        f'<form method="post" action="/accounts/{account["id"]}/pay"><section>'
-        '<label>Amount ($) <input type="text" name="amount"></label>'
-        '<label>Pay on (YYYY-MM-DD) <input type="text" name="date"></label>'
-        '<button>Schedule payment</button></section></form><p><a href="/accounts">Back to accounts</a></p>'
-    )
+def render(template: str, **values: str) -> str:
+    """A page or part of one: the template file with its $names filled in (text escaped by the caller)."""
+    return Template((TEMPLATES / template).read_text()).substitute(values)
 
 
 def page(body: str):
-    html = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Homeline bills</title>'
-        f'<link rel="stylesheet" href="/style.css"></head><body><header>Homeline bill pay</header><main>{body}</main>'
-        "</body></html>"
-    )
-    return "200 OK", [("Content-Type", "text/html; charset=utf-8")], html
+    return "200 OK", [("Content-Type", "text/html; charset=utf-8")], render("page.html", body=body)
 
 
 class QuietHandler(WSGIRequestHandler):

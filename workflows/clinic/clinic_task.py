@@ -1,21 +1,90 @@
 """Book a clinic appointment: search clinics by specialty, insurance and day, pick the earliest slot that fits the
 goal (a time window, and a doctor's gender or language where it says), fill in the patient, confirm.
 
-The site is three pages and a confirmation, rendered by its backend (`ClinicSite`, one per episode); `validate` reads
-the appointments the backend recorded. Each instance has a trap for each way to end wrong: a later slot that fits, an
-earlier one at a clinic that does not take the insurance, and where the goal asks for a doctor, an earlier slot with
-another.
+The site is three pages and a confirmation, rendered from templates/ by its backend (`ClinicSite`, one per episode,
+below the task); `validate` reads the appointments the backend recorded. Each instance has a trap for each way to end
+wrong: a later slot that fits, an earlier one at a clinic that does not take the insurance, and where the goal asks
+for a doctor, an earlier slot with another.
 """
 
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
+from string import Template
 from urllib.parse import parse_qs, urlencode
 
 from browsergym.core.registration import register_task
 from browsergym.core.task import AbstractBrowserTask
 
 from web_env.task_app import serve_app
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"  # the pages, filled in by the backend; app/ holds what is served as it is
+
+
+class BookClinicAppointment(AbstractBrowserTask):
+    @classmethod
+    def get_task_id(cls):
+        return "book-clinic"
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.instance = Instance(self.random)
+        self.patient = {
+            "name": self.instance.pick(PATIENT_NAMES),
+            "birth_date": f"{self.random.randint(1945, 2005)}-{self.random.randint(1, 13):02d}-"
+            f"{self.random.randint(1, 29):02d}",
+            "phone": f"555-{self.random.randint(100, 10000):04d}",
+        }
+
+    def setup(self, page):
+        self.site = ClinicSite(self.instance)
+        url = serve_app(page, HERE / "app", backend=self.site)
+        page.goto(url)
+        return self.instance.goal(self.patient), {}
+
+    def validate(self, page, chat_messages):
+        if not self.site.appointments:
+            return 0.0, False, "", {}
+        return float(self.site.appointments == [{"slot": self.instance.answer.id, **self.patient}]), True, "", {}
+
+    def cheat(self, page, chat_messages):
+        self.book(page, self.instance.answer, self.patient)
+
+    def book_a_later_slot(self, page):
+        self.book(page, self.instance.later, self.patient)
+
+    def book_where_the_insurance_is_not_taken(self, page):
+        self.book(page, self.instance.uninsured, self.patient)
+
+    def book_another_doctor(self, page):
+        self.book(page, self.instance.other_doctor or self.instance.later, self.patient)
+
+    def book_with_a_wrong_birth_date(self, page):
+        year_month, day = self.patient["birth_date"].rsplit("-", 1)  # days are drawn from 1 to 28: the next one differs
+        self.book(page, self.instance.answer, {**self.patient, "birth_date": f"{year_month}-{int(day) % 28 + 1:02d}"})
+
+    wrong_endings = (
+        book_a_later_slot,
+        book_where_the_insurance_is_not_taken,
+        book_another_doctor,
+        book_with_a_wrong_birth_date,
+    )
+
+    def book(self, page, slot: "Slot", patient: dict):
+        """Through the site as a person would; with any insurance, so that an uninsured clinic's slots are listed."""
+        page.get_by_label("Specialty").select_option(self.instance.specialty)
+        page.get_by_label("Day").select_option(slot.day)
+        page.get_by_role("button", name="Search").click()
+        page.get_by_role("link", name=slot.label()).click()
+        page.get_by_label("Patient name").fill(patient["name"])
+        page.get_by_label("Date of birth (YYYY-MM-DD)").fill(patient["birth_date"])
+        page.get_by_label("Phone").fill(patient["phone"])
+        page.get_by_role("button", name="Confirm appointment").click()
+
+
+register_task("book-clinic", BookClinicAppointment)
+
 
 SPECIALTIES = ["cardiology", "dermatology", "neurology", "orthopedics", "pediatrics"]
 INSURANCES = ["Aetna", "Cigna", "Humana", "Medicare", "UnitedHealth"]
@@ -153,7 +222,8 @@ class Instance:
 
 
 class ClinicSite:
-    """The site's backend, a WSGI app: its pages, and the appointments booked, one list per episode."""
+    """The site's backend, a WSGI app: its pages (templates/, filled in here), and the appointments booked, one list
+    per episode."""
 
     def __init__(self, instance: Instance):
         self.instance = instance
@@ -172,15 +242,14 @@ class ClinicSite:
             return [b"not found"]
         body = pages[path]({key: values[0] for key, values in query.items()})
         start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [page(body).encode()]
+        return [render("page.html", body=body).encode()]
 
     def search(self, query: dict) -> str:
-        return (
-            '<h1>Find an appointment</h1><form method="get" action="/clinics"><section>'
-            + select("Specialty", "specialty", ["Any specialty"] + SPECIALTIES)
-            + select("Insurance", "insurance", ["Any insurance"] + INSURANCES)
-            + select("Day", "day", ["Any day"] + DAYS)
-            + "<button>Search</button></section></form>"
+        return render(
+            "search.html",
+            specialties=options(["Any specialty"] + SPECIALTIES),
+            insurances=options(["Any insurance"] + INSURANCES),
+            days=options(["Any day"] + DAYS),
         )
 
     def results(self, query: dict) -> str:
@@ -193,110 +262,37 @@ class ClinicSite:
                 continue
             slots = [s for s in instance.slots if s.clinic == n and query.get("day") in (s.day, None, "Any day")]
             items = "".join(
-                f'<li><a href="/book?{urlencode({"slot": s.id})}">{escape(s.label())}</a> ({s.doctor.describe()})</li>'
+                render(
+                    "slot.html", query=urlencode({"slot": s.id}), label=escape(s.label()), doctor=s.doctor.describe()
+                )
                 for s in sorted(slots, key=lambda s: (DAYS.index(s.day), s.minutes))
             )
             sections.append(
-                f"<section><h2>{escape(clinic.name)}</h2><p>{clinic.specialty}; accepts "
-                f"{', '.join(clinic.insurances)}</p><ul>{items or '<li>No open slots</li>'}</ul></section>"
+                render(
+                    "clinic.html",
+                    name=escape(clinic.name),
+                    specialty=clinic.specialty,
+                    insurances=", ".join(clinic.insurances),
+                    slots=items or render("no_slots.html"),
+                )
             )
-        found = "".join(sections) or "<p>No clinic matches your search.</p>"
-        return f'<h1>Clinics</h1><p><a href="/">New search</a></p>{found}'
+        return render("results.html", clinics="".join(sections) or render("no_clinics.html"))
 
     def booking(self, query: dict) -> str:
         slot = next((s for s in self.instance.slots if s.id == query.get("slot")), None)
         if slot is None:
-            return '<h1>This slot is gone</h1><p><a href="/">New search</a></p>'
+            return render("slot_gone.html")
         clinic = self.instance.clinics[slot.clinic].name
-        return (
-            f"<h1>Your appointment</h1><p>{escape(slot.label())} at {escape(clinic)}</p>"
-            f'<form method="post" action="/appointments"><section><input type="hidden" name="slot" value="{slot.id}">'
-            + textbox("Patient name", "name")
-            + textbox("Date of birth (YYYY-MM-DD)", "birth_date")
-            + textbox("Phone", "phone")
-            + '<button>Confirm appointment</button></section></form><p><a href="/">New search</a></p>'
-        )
+        return render("booking.html", slot=escape(slot.label()), clinic=escape(clinic), slot_id=slot.id)
 
     def confirmed(self, query: dict) -> str:
-        return "<h1>Appointment booked</h1><p>We sent the details to your phone.</p>"
+        return render("confirmed.html")
 
 
-def page(body: str) -> str:
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Clinic booking</title>'
-        f'<link rel="stylesheet" href="/style.css"></head><body><header>CityCare clinics</header><main>{body}</main>'
-        "</body></html>"
-    )
+def render(template: str, **values: str) -> str:
+    """A page or part of one: the template file with its $names filled in (text escaped by the caller)."""
+    return Template((TEMPLATES / template).read_text()).substitute(values)
 
 
-def select(label: str, name: str, options: list[str]) -> str:
-    listed = "".join(f"<option>{escape(option)}</option>" for option in options)
-    return f'<label>{label} <select name="{name}">{listed}</select></label>'
-
-
-def textbox(label: str, name: str) -> str:
-    return f'<label>{escape(label)} <input type="text" name="{name}"></label>'
-
-
-class BookClinicAppointment(AbstractBrowserTask):
-    @classmethod
-    def get_task_id(cls):
-        return "book-clinic"
-
-    def __init__(self, seed):
-        super().__init__(seed)
-        self.instance = Instance(self.random)
-        self.patient = {
-            "name": self.instance.pick(PATIENT_NAMES),
-            "birth_date": f"{self.random.randint(1945, 2005)}-{self.random.randint(1, 13):02d}-"
-            f"{self.random.randint(1, 29):02d}",
-            "phone": f"555-{self.random.randint(100, 10000):04d}",
-        }
-
-    def setup(self, page):
-        self.site = ClinicSite(self.instance)
-        url = serve_app(page, Path(__file__).parent / "app", backend=self.site)
-        page.goto(url)
-        return self.instance.goal(self.patient), {}
-
-    def validate(self, page, chat_messages):
-        if not self.site.appointments:
-            return 0.0, False, "", {}
-        return float(self.site.appointments == [{"slot": self.instance.answer.id, **self.patient}]), True, "", {}
-
-    def cheat(self, page, chat_messages):
-        self.book(page, self.instance.answer, self.patient)
-
-    def book_a_later_slot(self, page):
-        self.book(page, self.instance.later, self.patient)
-
-    def book_where_the_insurance_is_not_taken(self, page):
-        self.book(page, self.instance.uninsured, self.patient)
-
-    def book_another_doctor(self, page):
-        self.book(page, self.instance.other_doctor or self.instance.later, self.patient)
-
-    def book_with_a_wrong_birth_date(self, page):
-        year_month, day = self.patient["birth_date"].rsplit("-", 1)  # days are drawn from 1 to 28: the next one differs
-        self.book(page, self.instance.answer, {**self.patient, "birth_date": f"{year_month}-{int(day) % 28 + 1:02d}"})
-
-    wrong_endings = (
-        book_a_later_slot,
-        book_where_the_insurance_is_not_taken,
-        book_another_doctor,
-        book_with_a_wrong_birth_date,
-    )
-
-    def book(self, page, slot: Slot, patient: dict):
-        """Through the site as a person would; with any insurance, so that an uninsured clinic's slots are listed."""
-        page.get_by_label("Specialty").select_option(self.instance.specialty)
-        page.get_by_label("Day").select_option(slot.day)
-        page.get_by_role("button", name="Search").click()
-        page.get_by_role("link", name=slot.label()).click()
-        page.get_by_label("Patient name").fill(patient["name"])
-        page.get_by_label("Date of birth (YYYY-MM-DD)").fill(patient["birth_date"])
-        page.get_by_label("Phone").fill(patient["phone"])
-        page.get_by_role("button", name="Confirm appointment").click()
-
-
-register_task("book-clinic", BookClinicAppointment)
+def options(items: list[str]) -> str:
+    return "".join(render("option.html", option=escape(item)) for item in items)

@@ -1,13 +1,14 @@
 """Check out in a shop: find the product the goal describes by its attributes (its name does not say them), set its
 size and quantity, apply the goal's coupon, check out to the address and with the delivery it asks.
 
-The shop's pages are rendered by its backend (`Shop`, one per episode), which keeps the cart and records the orders
-that `validate` reads. The products beside the one asked for are its near misses: the same color in another
-material, the same material in another color.
+The shop's pages are rendered from templates/ by its backend (`Shop`, one per episode, below the task), which keeps
+the cart and records the orders that `validate` reads. The products beside the one asked for are its near misses: the
+same color in another material, the same material in another color.
 """
 
 from html import escape
 from pathlib import Path
+from string import Template
 from urllib.parse import parse_qs
 
 from browsergym.core.registration import register_task
@@ -15,144 +16,8 @@ from browsergym.core.task import AbstractBrowserTask
 
 from web_env.task_app import serve_app
 
-CATEGORIES = {  # the category's page, what one item is called, its materials, its sizes, its names
-    "T-shirts": ("T-shirt", ["cotton", "linen", "polyester", "wool"], ["S", "M", "L", "XL"], "Tee"),
-    "Sneakers": ("sneaker", ["canvas", "leather", "mesh", "suede"], ["40", "41", "42", "43", "44"], "Runner"),
-    "Backpacks": ("backpack", ["canvas", "leather", "nylon", "polyester"], ["20 L", "30 L"], "Pack"),
-}
-COLORS = ["black", "blue", "green", "grey", "red", "white"]
-NAME_WORDS = ["Everyday", "Classic", "Studio", "Urban", "Trail", "Weekend", "Harbor", "Summit", "Metro", "Field"]
-STREETS = ["Oak Street", "Elm Avenue", "Pine Road", "Lake Drive", "Hill Lane", "Mill Way", "Park Row", "Bay Court"]
-COUPONS = ["SAVE10", "SPRING15", "WELCOME5", "FRIENDS20", "EXTRA12"]
-DELIVERIES = ["Standard delivery", "Express delivery"]
-
-
-class Shop:
-    """The shop's backend, a WSGI app: its pages, the cart, and the orders placed, for one episode."""
-
-    def __init__(self, products: list[dict], coupons: list[str]):
-        self.products, self.coupons = products, coupons
-        self.cart: list[dict] = []  # {"product", "size", "quantity"}
-        self.coupon: str | None = None
-        self.orders: list[dict] = []
-
-    def __call__(self, environ, start_response):
-        path, method = environ["PATH_INFO"], environ["REQUEST_METHOD"]
-        form = {k: v[0].strip() for k, v in parse_qs(environ["wsgi.input"].read().decode()).items()}
-        if method == "POST" and path in ("/cart", "/coupon", "/orders"):
-            location = {"/cart": self.add_to_cart, "/coupon": self.apply_coupon, "/orders": self.place_order}[path](
-                form
-            )
-            start_response("303 See Other", [("Location", location)])
-            return [b""]
-        parts = path.strip("/").split("/")
-        if path == "/":
-            body = self.home()
-        elif parts[0] == "category" and len(parts) == 2 and parts[1] in CATEGORIES:
-            body = self.category(parts[1])
-        elif parts[0] == "product" and len(parts) == 2 and parts[1] in {p["id"] for p in self.products}:
-            body = self.product(
-                next(p for p in self.products if p["id"] == parts[1]), parse_qs(environ["QUERY_STRING"])
-            )
-        elif path == "/cart":
-            body = self.cart_page(invalid_coupon="coupon=invalid" in environ["QUERY_STRING"])
-        elif path in ("/checkout", "/ordered"):
-            body = {"/checkout": self.checkout, "/ordered": self.ordered}[path]()
-        else:
-            start_response("404 Not Found", [("Content-Type", "text/plain")])
-            return [b"not found"]
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [page(body, sum(line["quantity"] for line in self.cart)).encode()]
-
-    def home(self) -> str:
-        links = "".join(f'<li><a href="/category/{name}">{name}</a></li>' for name in CATEGORIES)
-        return f"<h1>Shop by category</h1><section><ul>{links}</ul></section>"
-
-    def category(self, name: str) -> str:
-        items = "".join(
-            f'<li><a href="/product/{p["id"]}">{escape(p["name"])}</a> {p["color"]}, {p["material"]}. '
-            f"${p['price']:.2f}</li>"
-            for p in self.products
-            if p["category"] == name
-        )
-        return f'<h1>{name}</h1><p><a href="/">All categories</a></p><section><ul>{items}</ul></section>'
-
-    def product(self, product: dict, query: dict) -> str:
-        sizes = "".join(f"<option>{size}</option>" for size in CATEGORIES[product["category"]][2])
-        error = "<p>Choose a quantity from 1 to 9.</p>" if "error" in query else ""
-        return (
-            f"<h1>{escape(product['name'])}</h1><p>Color: {product['color']}. Material: {product['material']}. "
-            f"${product['price']:.2f}</p>{error}"
-            f'<form method="post" action="/cart"><section><input type="hidden" name="product" value="{product["id"]}">'
-            f'<label>Size <select name="size">{sizes}</select></label>'
-            '<label>Quantity <input type="text" name="quantity" value="1"></label>'
-            "<button>Add to cart</button></section></form>"
-            f'<p><a href="/category/{product["category"]}">Back to {product["category"]}</a></p>'
-        )
-
-    def add_to_cart(self, form: dict) -> str:
-        quantity = form.get("quantity", "")
-        if not (quantity.isdigit() and 1 <= int(quantity) <= 9):
-            return f"/product/{form.get('product')}?error=quantity"
-        self.cart.append({"product": form.get("product"), "size": form.get("size"), "quantity": int(quantity)})
-        return "/cart"
-
-    def apply_coupon(self, form: dict) -> str:
-        code = form.get("coupon", "").upper()
-        self.coupon = code if code in self.coupons else self.coupon
-        return "/cart" if code in self.coupons else "/cart?coupon=invalid"
-
-    def cart_page(self, invalid_coupon: bool) -> str:
-        lines = []
-        for line in self.cart:
-            product = next(p for p in self.products if p["id"] == line["product"])
-            lines.append(
-                f"<li>{line['quantity']} x {escape(product['name'])} ({product['color']}, {product['material']}, "
-                f"size {line['size']}): ${line['quantity'] * product['price']:.2f}</li>"
-            )
-        if not lines:
-            return '<h1>Your cart is empty</h1><p><a href="/">Shop by category</a></p>'
-        coupon = f"<p>Coupon {self.coupon} applied.</p>" if self.coupon else ""
-        coupon += "<p>That coupon is not valid.</p>" if invalid_coupon else ""
-        return (
-            f"<h1>Your cart</h1><section><ul>{''.join(lines)}</ul>{coupon}</section>"
-            '<form method="post" action="/coupon"><section><label>Coupon code <input type="text" name="coupon">'
-            "</label><button>Apply coupon</button></section></form>"
-            '<p><a href="/checkout">Check out</a> <a href="/">Continue shopping</a></p>'
-        )
-
-    def checkout(self) -> str:
-        deliveries = "".join(
-            f'<label><input type="radio" name="delivery" value="{d}"{" checked" if n == 0 else ""}> {d}</label>'
-            for n, d in enumerate(DELIVERIES)
-        )
-        return (
-            '<h1>Check out</h1><form method="post" action="/orders"><section>'
-            '<label>Street address <input type="text" name="street"></label>'
-            '<label>ZIP code <input type="text" name="zip"></label>'
-            f"{deliveries}<button>Place order</button></section></form>"
-            '<p><a href="/cart">Back to cart</a></p>'
-        )
-
-    def place_order(self, form: dict) -> str:
-        if not self.cart:
-            return "/cart"
-        self.orders.append(
-            {"items": self.cart, "coupon": self.coupon, **{k: form.get(k) for k in ("street", "zip", "delivery")}}
-        )
-        self.cart, self.coupon = [], None
-        return "/ordered"
-
-    def ordered(self) -> str:
-        return "<h1>Thank you for your order</h1><p>A confirmation is on its way.</p>"
-
-
-def page(body: str, in_cart: int) -> str:
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Shop</title>'
-        f'<link rel="stylesheet" href="/style.css"></head><body><header>Northwind Outfitters</header>'
-        f'<main><p><a href="/cart">Cart ({in_cart})</a></p>{body}</main></body></html>'
-    )
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"  # the pages, filled in by the backend; app/ holds what is served as it is
 
 
 class ShopCheckout(AbstractBrowserTask):
@@ -209,7 +74,7 @@ class ShopCheckout(AbstractBrowserTask):
 
     def setup(self, page):
         self.shop = Shop(self.products, self.coupons)
-        url = serve_app(page, Path(__file__).parent / "app", backend=self.shop)
+        url = serve_app(page, HERE / "app", backend=self.shop)
         page.goto(url)
         order, item = self.order, self.order["items"][0]
         noun = CATEGORIES[self.category][0]
@@ -260,3 +125,135 @@ class ShopCheckout(AbstractBrowserTask):
 
 
 register_task("shop-checkout", ShopCheckout)
+
+
+CATEGORIES = {  # the category's page, what one item is called, its materials, its sizes, its names
+    "T-shirts": ("T-shirt", ["cotton", "linen", "polyester", "wool"], ["S", "M", "L", "XL"], "Tee"),
+    "Sneakers": ("sneaker", ["canvas", "leather", "mesh", "suede"], ["40", "41", "42", "43", "44"], "Runner"),
+    "Backpacks": ("backpack", ["canvas", "leather", "nylon", "polyester"], ["20 L", "30 L"], "Pack"),
+}
+COLORS = ["black", "blue", "green", "grey", "red", "white"]
+NAME_WORDS = ["Everyday", "Classic", "Studio", "Urban", "Trail", "Weekend", "Harbor", "Summit", "Metro", "Field"]
+STREETS = ["Oak Street", "Elm Avenue", "Pine Road", "Lake Drive", "Hill Lane", "Mill Way", "Park Row", "Bay Court"]
+COUPONS = ["SAVE10", "SPRING15", "WELCOME5", "FRIENDS20", "EXTRA12"]
+DELIVERIES = ["Standard delivery", "Express delivery"]
+
+
+class Shop:
+    """The shop's backend, a WSGI app: its pages (templates/, filled in here), the cart, and the orders placed, for one
+    episode."""
+
+    def __init__(self, products: list[dict], coupons: list[str]):
+        self.products, self.coupons = products, coupons
+        self.cart: list[dict] = []  # {"product", "size", "quantity"}
+        self.coupon: str | None = None
+        self.orders: list[dict] = []
+
+    def __call__(self, environ, start_response):
+        path, method = environ["PATH_INFO"], environ["REQUEST_METHOD"]
+        form = {k: v[0].strip() for k, v in parse_qs(environ["wsgi.input"].read().decode()).items()}
+        if method == "POST" and path in ("/cart", "/coupon", "/orders"):
+            location = {"/cart": self.add_to_cart, "/coupon": self.apply_coupon, "/orders": self.place_order}[path](
+                form
+            )
+            start_response("303 See Other", [("Location", location)])
+            return [b""]
+        parts = path.strip("/").split("/")
+        if path == "/":
+            body = self.home()
+        elif parts[0] == "category" and len(parts) == 2 and parts[1] in CATEGORIES:
+            body = self.category(parts[1])
+        elif parts[0] == "product" and len(parts) == 2 and parts[1] in {p["id"] for p in self.products}:
+            body = self.product(
+                next(p for p in self.products if p["id"] == parts[1]), parse_qs(environ["QUERY_STRING"])
+            )
+        elif path == "/cart":
+            body = self.cart_page(invalid_coupon="coupon=invalid" in environ["QUERY_STRING"])
+        elif path in ("/checkout", "/ordered"):
+            body = {"/checkout": self.checkout, "/ordered": self.ordered}[path]()
+        else:
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found"]
+        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+        in_cart = sum(line["quantity"] for line in self.cart)
+        return [render("page.html", body=body, in_cart=str(in_cart)).encode()]
+
+    def home(self) -> str:
+        return render("home.html", categories="".join(render("category_link.html", category=c) for c in CATEGORIES))
+
+    def category(self, name: str) -> str:
+        listed = [p for p in self.products if p["category"] == name]
+        links = "".join(render("product_link.html", **shown(p), price=f"{p['price']:.2f}") for p in listed)
+        return render("category.html", category=name, products=links)
+
+    def product(self, product: dict, query: dict) -> str:
+        return render(
+            "product.html",
+            **shown(product),
+            price=f"{product['price']:.2f}",
+            category=product["category"],
+            error=render("quantity_error.html") if "error" in query else "",
+            sizes="".join(render("option.html", option=size) for size in CATEGORIES[product["category"]][2]),
+        )
+
+    def add_to_cart(self, form: dict) -> str:
+        quantity = form.get("quantity", "")
+        if not (quantity.isdigit() and 1 <= int(quantity) <= 9):
+            return f"/product/{form.get('product')}?error=quantity"
+        self.cart.append({"product": form.get("product"), "size": form.get("size"), "quantity": int(quantity)})
+        return "/cart"
+
+    def apply_coupon(self, form: dict) -> str:
+        code = form.get("coupon", "").upper()
+        self.coupon = code if code in self.coupons else self.coupon
+        return "/cart" if code in self.coupons else "/cart?coupon=invalid"
+
+    def cart_page(self, invalid_coupon: bool) -> str:
+        if not self.cart:
+            return render("empty_cart.html")
+        lines = []
+        for line in self.cart:
+            product = next(p for p in self.products if p["id"] == line["product"])
+            total = f"{line['quantity'] * product['price']:.2f}"
+            lines.append(
+                render(
+                    "cart_line.html", **shown(product), quantity=str(line["quantity"]), size=line["size"], total=total
+                )
+            )
+        coupon = render("coupon_applied.html", coupon=self.coupon) if self.coupon else ""
+        coupon += render("coupon_invalid.html") if invalid_coupon else ""
+        return render("cart.html", lines="".join(lines), coupon=coupon)
+
+    def checkout(self) -> str:
+        deliveries = "".join(
+            render("delivery.html", delivery=delivery, checked=" checked" if n == 0 else "")
+            for n, delivery in enumerate(DELIVERIES)
+        )
+        return render("checkout.html", deliveries=deliveries)
+
+    def place_order(self, form: dict) -> str:
+        if not self.cart:
+            return "/cart"
+        self.orders.append(
+            {"items": self.cart, "coupon": self.coupon, **{k: form.get(k) for k in ("street", "zip", "delivery")}}
+        )
+        self.cart, self.coupon = [], None
+        return "/ordered"
+
+    def ordered(self) -> str:
+        return render("ordered.html")
+
+
+def shown(product: dict) -> dict:
+    """What the pages show of a product, as template values."""
+    return {
+        "id": product["id"],
+        "name": escape(product["name"]),
+        "color": product["color"],
+        "material": product["material"],
+    }
+
+
+def render(template: str, **values: str) -> str:
+    """A page or part of one: the template file with its $names filled in (text escaped by the caller)."""
+    return Template((TEMPLATES / template).read_text()).substitute(values)
