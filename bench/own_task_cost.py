@@ -57,11 +57,6 @@ def order_actions(axtree: str, order: dict) -> list[str]:
     ]
 
 
-def order_coffee(goal: str, page: str, history: list) -> str:
-    """The coffee task's expert: the next of the four actions that place the goal's order."""
-    return order_actions(page, asked_order(goal))[len(history)]
-
-
 class Player:
     """A task's expert playing it: the next action for an observation, and the episode's actions so far."""
 
@@ -134,7 +129,7 @@ def main() -> None:
     browser_setup.prepare()
     modules = [str(COFFEE), *args.task_modules]
     task_modules.load(modules)
-    experts = {**known_experts(args.task_modules), "order-coffee": order_coffee}
+    experts = known_experts(modules)
     seeds = list(range(args.episodes))
     n = args.episodes
     tasks = list(parse_tasks(args.tasks))

@@ -398,7 +398,8 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
         if file.is_file() and "__pycache__" not in file.parts
     }
     assert own_tasks["files"] == on_disk
-    assert config is not None or sorted(on_disk) == ["coffee/app/index.html", "coffee/app/thanks.html", *OWN_TASK]
+    coffee = ["coffee/app/index.html", "coffee/app/thanks.html", *OWN_TASK, "coffee/expert.py"]
+    assert config is not None or sorted(on_disk) == coffee
 
     # The GPU's container, elsewhere: the modules are trained on from the run's directory, and served by the sandboxes.
     monkeypatch.setattr(task_modules, "_loaded", {})  # that process's task modules: the run's alone

@@ -24,6 +24,8 @@ from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import ROOT, sessions_in_this_process, train_here
+from warm_start.demonstrations import load
+from warm_start.record import main as record_main
 from web_env import task_modules
 from web_env.actions import action_code
 from web_env.models import BrowserGymAction
@@ -56,7 +58,12 @@ def coffee_env():
 
 def test_the_tutorial_shows_the_test_task_module_file_by_file():
     shown = dict(FILE_BLOCK.findall(TUTORIAL.read_text()))
-    assert sorted(shown) == ["coffee/app/index.html", "coffee/app/thanks.html", "coffee/coffee_task.py"]
+    assert sorted(shown) == [
+        "coffee/app/index.html",
+        "coffee/app/thanks.html",
+        "coffee/coffee_task.py",
+        "coffee/expert.py",
+    ]
     for path, text in shown.items():
         assert (OWN_TASKS / path).read_text() == text, f"docs/your_own_task.md's {path} differs from the test's"
 
@@ -231,12 +238,12 @@ def test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broke
 
 
 def tutorial_command(script: str) -> list[str]:
-    """The arguments of the tutorial's CPU command for `script` (train.py, evaluate.py), less the model and the
-    output directory, which the test gives its own."""
+    """The arguments of the tutorial's CPU command for `script` (train.py, evaluate.py, -m warm_start.record), less
+    the model and what it writes, which the test gives its own."""
     (line,) = [line for line in TUTORIAL.read_text().splitlines() if line.startswith(f"python {script} ")]
-    words = shlex.split(line)[2:]
+    words = shlex.split(line)[1 + len(script.split()) :]
     pairs = [words[i : i + 2] for i in range(0, len(words), 2)]
-    given_here = ("--model_name_or_path", "--model", "--output_dir")
+    given_here = ("--model_name_or_path", "--model", "--output_dir", "--demonstrations")
     return [word for pair in pairs if pair[0] not in given_here for word in pair]
 
 
@@ -265,3 +272,10 @@ def test_the_tutorials_commands_train_on_the_task_and_evaluate_it(tiny_model, tm
     summary = evaluate(args, tasks, episodes, servers)
     records = [json.loads(line) for line in (tmp_path / "eval" / "episodes.jsonl").read_text().splitlines()]
     assert summary["episodes"] == 4 and {record["task_name"] for record in records} == {"order-coffee"}
+
+    record_args = tutorial_command("-m warm_start.record")
+    assert record_args[:4] == ["--task_modules", "coffee/coffee_task.py", "--tasks", "order-coffee"]
+    demonstrations = tmp_path / "coffee.jsonl"
+    record_main([*record_args, "--model_name_or_path", tiny_model, "--demonstrations", str(demonstrations)])
+    recorded = load(demonstrations, keep_failed=True)
+    assert len(recorded) == 20 and all(d.solved for d in recorded)  # by coffee/expert.py, found beside the module

@@ -13,22 +13,6 @@ SIZES = ["small", "medium", "large"]
 NAMES = ["Ana", "Bo", "Chen", "Dara", "Eli", "Femi", "Gus", "Hana"]
 
 
-class CoffeeShop:
-    """The shop's backend, a WSGI app: one per episode, so that no episode sees another's orders."""
-
-    def __init__(self):
-        self.orders = []
-
-    def __call__(self, environ, start_response):
-        if environ["REQUEST_METHOD"] == "POST" and environ["PATH_INFO"] == "/order":
-            form = parse_qs(environ["wsgi.input"].read().decode())
-            self.orders.append({key: values[0] for key, values in form.items()})
-            start_response("303 See Other", [("Location", "/thanks.html")])
-            return [b""]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found"]
-
-
 class OrderCoffee(AbstractBrowserTask):
     @classmethod
     def get_task_id(cls):
@@ -74,3 +58,19 @@ class OrderCoffee(AbstractBrowserTask):
 
 
 register_task("order-coffee", OrderCoffee)
+
+
+class CoffeeShop:
+    """The shop's backend, a WSGI app: one per episode, so that no episode sees another's orders."""
+
+    def __init__(self):
+        self.orders = []
+
+    def __call__(self, environ, start_response):
+        if environ["REQUEST_METHOD"] == "POST" and environ["PATH_INFO"] == "/order":
+            form = parse_qs(environ["wsgi.input"].read().decode())
+            self.orders.append({key: values[0] for key, values in form.items()})
+            start_response("303 See Other", [("Location", "/thanks.html")])
+            return [b""]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found"]
