@@ -15,6 +15,7 @@ from web_env.models import BrowserGymAction
 from web_env.server import browser_setup
 
 TASKS = sorted(PLANS)
+FOCUS_TIMED_OUT = "TimeoutError: Locator.focus: Timeout 500ms exceeded"
 
 
 def actions(task: str, goal: str, page: str, right: bool) -> list[str]:
@@ -32,7 +33,13 @@ class StockBrowserGym:
         self._thread.submit(browser_setup.ensure_chromium).result()
 
     def play(self, task: str, seed: int, right: bool) -> list[tuple]:
-        return self._thread.submit(self._play, task, seed, right).result()
+        trace = self._thread.submit(self._play, task, seed, right).result()
+        if any(step[4].startswith(FOCUS_TIMED_OUT) for step in trace):
+            # Not BrowserGym's semantics but the machine's: its focus's 500 ms covers the page's own focus handlers,
+            # which a busy machine makes outlast it (docs/test_suite.md, "A busy machine"; the server focuses in one
+            # call, page_actions.FOCUS). The reference is played once more; a second such trace fails the test.
+            trace = self._thread.submit(self._play, task, seed, right).result()
+        return trace
 
     def _play(self, task, seed, right):
         env = gym.make(f"browsergym/miniwob.{task}")
