@@ -17,7 +17,6 @@ observation); the server observes at once (settle_ms 0, the workflows' setting).
 
 import argparse
 import asyncio
-import re
 import time
 from pathlib import Path
 
@@ -35,26 +34,6 @@ from web_env.server.app import process_tree_cpu_s
 
 COFFEE = Path(__file__).resolve().parents[1] / "tests" / "own_tasks" / "coffee" / "coffee_task.py"
 MAX_TURNS = 14
-
-
-def element(axtree: str, role: str, name: str) -> str:
-    return re.search(rf"\[(\d+)\] {role} '{re.escape(name)}'", axtree).group(1)
-
-
-def asked_order(goal: str) -> dict:
-    """The order the coffee task's goal asks for."""
-    size, drink, name = re.fullmatch(r"Order a (\w+) (\w+) for (\w+)\.", goal).groups()
-    return {"drink": drink, "size": size, "name": name}
-
-
-def order_actions(axtree: str, order: dict) -> list[str]:
-    """What a person does to place `order` on the coffee page: two clicks, a fill and a click."""
-    return [
-        f"click('{element(axtree, 'radio', order['drink'])}')",
-        f"click('{element(axtree, 'radio', order['size'])}')",
-        f"fill('{element(axtree, 'textbox', 'Name on the cup')}', '{order['name']}')",
-        f"click('{element(axtree, 'button', 'Place order')}')",
-    ]
 
 
 class Player:

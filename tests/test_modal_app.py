@@ -413,7 +413,7 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
     def main(tasks, episodes, servers, phases, training_args, model_args, callbacks, new_server):
         with ExitStack() as stack:
             open_server_pool(stack, servers, training_args.generation_batch_size, tasks.task_modules, new_server)
-            trained["tasks"], trained["loaded"] = known_tasks(), task_modules.loaded_modules()
+            trained["tasks"], trained["loaded"] = known_tasks(), list(task_modules._loaded)
 
     monkeypatch.setattr(train, "main", main)
     train_remote.local(config_yaml, "run-o", [], own_tasks)

@@ -15,7 +15,6 @@ import pytest
 from openenv.core.generic_client import GenericEnvClient
 
 import evaluate as evaluate_py
-from bench.own_task_cost import asked_order, order_actions
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure, EnvironmentUnavailable
@@ -37,6 +36,27 @@ COFFEE = OWN_TASKS / "coffee" / "coffee_task.py"
 FAULTY = OWN_TASKS / "faulty_coffee.py"
 TUTORIAL = ROOT / "docs" / "your_own_task.md"
 FILE_BLOCK = re.compile(r'```\w+ title="([^"]+)"\n(.*?)```', re.S)
+
+
+def element(axtree: str, role: str, name: str) -> str:
+    return re.search(rf"\[(\d+)\] {role} '{re.escape(name)}'", axtree).group(1)
+
+
+def asked_order(goal: str) -> dict:
+    """The order the coffee task's goal asks for."""
+    size, drink, name = re.fullmatch(r"Order a (\w+) (\w+) for (\w+)\.", goal).groups()
+    return {"drink": drink, "size": size, "name": name}
+
+
+def order_actions(axtree: str, order: dict) -> list[str]:
+    """What a person does to place `order` on the coffee page (its full accessibility tree, as the server sends it):
+    two clicks, a fill and a click."""
+    return [
+        f"click('{element(axtree, 'radio', order['drink'])}')",
+        f"click('{element(axtree, 'radio', order['size'])}')",
+        f"fill('{element(axtree, 'textbox', 'Name on the cup')}', '{order['name']}')",
+        f"click('{element(axtree, 'button', 'Place order')}')",
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ module; `load` imports it, and the tasks it registered are played by their `id`,
 is solved when `validate` gives a reward of 1.0 with done (rewards.solved).
 
 Both sides load the same modules: the trainer to know the tasks' names, the server to run them. A server that a
-process starts (env_client.LocalEnvServer, modal_app's sandboxes) is given the modules that process loaded.
+command starts (env_client.LocalEnvServer, modal_app's sandboxes) is given the command's own `task_modules`.
 docs/your_own_task.md is the tutorial.
 """
 
@@ -34,11 +34,6 @@ def load(modules: list[str]) -> tuple[str, ...]:
         if name not in _loaded:
             _loaded[name] = _import_registering(name)
     return tuple(task for name in names for task in _loaded[name])
-
-
-def loaded_modules() -> list[str]:
-    """The task modules this process loaded (a file by its absolute path): what a server it starts must load too."""
-    return list(_loaded)
 
 
 def own_tasks() -> tuple[str, ...]:
