@@ -265,9 +265,27 @@ def test_a_reset_to_the_task_the_page_holds_restarts_it_in_place_and_another_tas
     assert first.url == again.url and again.url != other.url
 
 
+def open_sessions(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/cpu", timeout=5) as response:
+        return json.load(response)["sessions"]
+
+
+def wait_until_sessions_open_are(url: str, count: int, deadline_s: float = 30.0) -> None:
+    """A client's close returns before the server ends its session (and keeps its page), so what comes next in a
+    test waits for the server's count."""
+    deadline = time.monotonic() + deadline_s
+    while (sessions := open_sessions(url)) != count:
+        assert time.monotonic() < deadline, f"the server has {sessions} sessions open, not {count}"
+        time.sleep(0.05)
+
+
 def test_a_new_session_restarts_its_first_episode_in_the_page_a_closed_session_left(env_server):
+    # Each waits for the earlier sessions to end, so that the new session joins the closed one's browser: with no
+    # session on either, the pool picks the first.
+    wait_until_sessions_open_are(env_server.url, 0)
     with BrowserGymEnv(base_url=env_server.url).sync() as closed:
         closed.reset(task_name="click-test", seed=1)
+    wait_until_sessions_open_are(env_server.url, 0)
     with BrowserGymEnv(base_url=env_server.url).sync() as new:
         first = new.reset(task_name="click-test", seed=2).observation
         second = new.reset(task_name="click-test", seed=3).observation
@@ -275,12 +293,17 @@ def test_a_new_session_restarts_its_first_episode_in_the_page_a_closed_session_l
     assert first.goal == "Click the button." and "page_of_a_closed_session" not in second.metadata
 
 
-def test_the_server_reports_its_cpu_and_the_episodes_begun_on_it(env_server, session):
+def test_the_server_reports_its_cpu_the_episodes_begun_on_it_and_its_open_sessions(env_server, session):
     before_cpu, before_episodes = cpu_reading(env_server.url)
     for seed in range(3):
         session.reset(seed=seed)
     after_cpu, after_episodes = cpu_reading(env_server.url)
     assert after_episodes >= before_episodes + 3 and after_cpu > before_cpu
+    wait_until_sessions_open_are(env_server.url, 1)  # this test's; the earlier tests' ended
+    with BrowserGymEnv(base_url=env_server.url).sync() as second:
+        second.reset(seed=3)
+        assert open_sessions(env_server.url) == 2
+    wait_until_sessions_open_are(env_server.url, 1)
 
 
 def cpu_seconds(pids: set[int]) -> dict[int, float]:

@@ -109,8 +109,9 @@ def build_app(args: argparse.Namespace, token: str | None):
     @app.get("/cpu")
     def cpu() -> dict:
         """The CPU seconds this server and its browsers have spent, and the episodes its sessions have begun: two
-        readings give a client the environment's CPU-seconds per episode between them."""
-        return {"cpu_s": process_tree_cpu_s(), "episodes": pool.episodes}
+        readings give a client the environment's CPU-seconds per episode between them. Also the sessions open now
+        (a session a client closed is open until the server has ended it, which it does after the client returns)."""
+        return {"cpu_s": process_tree_cpu_s(), "episodes": pool.episodes, "sessions": pool.sessions}
 
     if token:
         app.add_middleware(RequireToken, token=token)

@@ -129,9 +129,10 @@ class BrowserWorker:
 
 
 class BrowserPool:
-    """A fixed set of browser workers; each new session joins the one with the fewest sessions. It counts the
-    episodes its sessions begin. With `max_sessions`, a worker keeps closed sessions' pages while its pages stay
-    within its share of the sessions, each for at most `keep_s` (BrowserWorker)."""
+    """A fixed set of browser workers; each new session joins the one with the fewest sessions (the first of
+    those). It counts the sessions open and the episodes they begin. With `max_sessions`, a worker keeps closed
+    sessions' pages while its pages stay within its share of the sessions, each for at most `keep_s`
+    (BrowserWorker)."""
 
     def __init__(self, size: int, max_sessions: int = 0, keep_s: float = 0):
         max_pages = -(-max_sessions // size)  # the most sessions a worker serves at once
@@ -148,6 +149,11 @@ class BrowserPool:
             worker = min(self.workers, key=lambda w: w.sessions)
             worker.sessions += 1
             return worker
+
+    @property
+    def sessions(self) -> int:
+        with self._lock:
+            return sum(worker.sessions for worker in self.workers)
 
     def release(self, worker: BrowserWorker) -> None:
         with self._lock:
