@@ -20,6 +20,9 @@
    reward is task success.
 4. evaluate.py measures each. The per-task table, the steps and minutes each run took to reach the target, and
    the wall times are printed; results.json and the learning curves are written to the output directory.
+
+Training and evaluation play in lock step, so that a rerun samples the same replies however busy the machine is
+(without it, a turn's batch holds the episodes whose pages are back, which depends on the browsers' timing).
 """
 
 import argparse
@@ -113,6 +116,8 @@ def grpo(start_model: str, bench: Benchmark, output_dir: Path, env_url: str, *ov
         env_url,
         "--output_dir",
         str(output_dir),
+        "--lockstep",
+        "true",
         *overrides,
     ]
     start = time.perf_counter()
@@ -137,7 +142,7 @@ def measure(model: str, bench: Benchmark, env_url: str) -> dict:
     return evaluate(
         EvalArguments(model=model, episodes=bench.episodes, temperature=1.0),
         TaskArguments(task_name=bench.tasks[0], tasks=bench.tasks),
-        EpisodeArguments(),
+        EpisodeArguments(lockstep=True),
         ServerArguments(env_url=[env_url]),
     )
 
