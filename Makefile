@@ -71,8 +71,10 @@ lint: setup
 test: lint
 	$(PY) -m pytest -m "not slow"
 
+# Both tiers on two processes, a test file to each in turn: the slow tier's tests mostly wait (on pages, servers,
+# subprocesses), and the other process's tests fill those waits (docs/test_suite.md).
 test-all: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) .cache outputs
