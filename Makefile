@@ -71,10 +71,11 @@ lint: setup
 test: lint
 	$(PY) -m pytest -m "not slow"
 
-# Both tiers on two processes, a test file to each in turn: the slow tier's tests mostly wait (on pages, servers,
-# subprocesses), and the other process's tests fill those waits (docs/test_suite.md).
+# Both tiers on two processes, a test file to each in turn, the longest first (tests/conftest.py): the slow tier's
+# tests mostly wait (on pages, servers, subprocesses), and the other process's tests fill those waits
+# (docs/test_suite.md).
 test-all: lint
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) .cache outputs

@@ -3,11 +3,14 @@ a test that waits (on a timeout, a page, a subprocess's start) shows apart from 
 
     python bench/suite_timeline.py                       # every test, both tiers (what CI runs)
     python bench/suite_timeline.py -- -m slow            # the slow tier; what follows -- goes to pytest
+    python bench/suite_timeline.py --file-seconds tests/file_seconds.json -- -n 2 --dist loadfile --no-loadscope-reorder
 
 It runs pytest with a plugin (this module) that writes each test phase's start and stop, while a thread here reads
 the machine's CPU counters (/proc/stat, Linux) every second. It prints the run's span and mean busy cores, then by file
 and for the slowest tests: wall seconds, the mean busy cores over them, and the idle core-seconds (cores x wall less
-busy), the time a test left the machine waiting. Writes both series to --output (JSON).
+busy), the time a test left the machine waiting; on several pytest-xdist processes, when each finished its last test.
+Writes both series to --output (JSON), and with --file-seconds each test file's seconds, from which tests/conftest.py
+hands the longest files out first.
 """
 
 import argparse
@@ -24,9 +27,15 @@ PHASES_VARIABLE = "SUITE_TIMELINE_PHASES"  # where the plugin, inside pytest, wr
 
 
 def pytest_runtest_logreport(report) -> None:
-    """The plugin's one hook: each test phase's start and stop, as a JSON line."""
+    """The plugin's one hook: each test phase's start, stop and process, as a JSON line; written by the process that
+    reports (pytest-xdist's workers send theirs to it), not by the workers too."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    node = getattr(report, "node", None)  # the worker that ran it, on pytest-xdist
+    worker = node.workerinput["workerid"] if node else "main"
     with open(os.environ[PHASES_VARIABLE], "a") as phases:
-        phases.write(json.dumps({"test": report.nodeid, "start": report.start, "stop": report.stop}) + "\n")
+        line = {"test": report.nodeid, "start": report.start, "stop": report.stop, "worker": worker}
+        phases.write(json.dumps(line) + "\n")
 
 
 def cpu_counters() -> tuple[float, float]:
@@ -49,6 +58,14 @@ def busy_cores(samples: list, start: float, stop: float) -> float:
     return os.cpu_count() * (busy_1 - busy_0) / (total_1 - total_0)
 
 
+def file_seconds(phases: list[dict]) -> dict[str, float]:
+    """Each test file's seconds: its tests' phases summed, longest first."""
+    seconds = defaultdict(float)
+    for phase in phases:
+        seconds[phase["test"].split("::")[0]] += phase["stop"] - phase["start"]
+    return {file: round(s, 1) for file, s in sorted(seconds.items(), key=lambda item: -item[1])}
+
+
 def report(phases: list[dict], samples: list, slowest: int) -> None:
     tests = defaultdict(lambda: [float("inf"), 0.0, 0.0])  # first start, last stop, wall summed over phases
     for phase in phases:
@@ -57,6 +74,12 @@ def report(phases: list[dict], samples: list, slowest: int) -> None:
         test[2] += phase["stop"] - phase["start"]
     start, stop, cores = min(t[0] for t in tests.values()), max(t[1] for t in tests.values()), os.cpu_count()
     print(f"{len(tests)} tests in {stop - start:.0f} s, {busy_cores(samples, start, stop):.2f} of {cores} cores busy")
+    workers = defaultdict(float)
+    for phase in phases:
+        workers[phase["worker"]] = max(workers[phase["worker"]], phase["stop"])
+    if len(workers) > 1:  # the schedule's tail: a process done while another still runs
+        ends = ", ".join(f"{worker} {last - start:.0f} s" for worker, last in sorted(workers.items()))
+        print("each process's last test ended at", ends)
     rows = [(wall, busy_cores(samples, first, last), test) for test, (first, last, wall) in tests.items()]
     by_file = defaultdict(lambda: [0.0, 0.0])
     for wall, busy, test in rows:
@@ -74,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="outputs/suite_timeline.json")
     parser.add_argument("--slowest", type=int, default=40, help="tests listed one by one")
+    parser.add_argument("--file-seconds", help="also write each test file's seconds here (JSON)")
     parser.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = parser.parse_args()
     output = Path(args.output)
@@ -91,6 +115,8 @@ def main() -> None:
     phases = [json.loads(line) for line in phases_file.read_text().splitlines()]
     output.write_text(json.dumps({"phases": phases, "cpu": samples}) + "\n")
     report(phases, samples, args.slowest)
+    if args.file_seconds:
+        Path(args.file_seconds).write_text(json.dumps(file_seconds(phases), indent=1) + "\n")
     sys.exit(status)
 
 

@@ -1,6 +1,8 @@
+import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
@@ -66,6 +68,21 @@ def uninterrupted_run(tmp_path_factory, half_right_model):
     output_dir = tmp_path_factory.mktemp("uninterrupted")
     (output_dir / "run.log").write_text(train_here(half_right_model, output_dir, *RESUMABLE_WITH_PHASES))
     return output_dir
+
+
+# Each test file's seconds in a run of both tiers on two processes (bench/suite_timeline.py --file-seconds).
+FILE_SECONDS = json.loads((Path(__file__).parent / "file_seconds.json").read_text())
+
+
+def pytest_collection_modifyitems(items):
+    """The longest files first, files not yet measured before them; each file's tests in their order. `make test-all`
+    hands out whole files in this order to two processes, and a long file handed out last would leave one process
+    idle while the other ran it."""
+    items.sort(key=lambda item: -FILE_SECONDS.get(file_of(item), float("inf")))
+
+
+def file_of(item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def pytest_configure(config):

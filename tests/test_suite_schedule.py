@@ -1,0 +1,25 @@
+"""The suite's own schedule: `make test-all` hands whole test files to two processes, the longest first, so that no
+long file starts while the other process is about to run out of work (docs/test_suite.md)."""
+
+import re
+
+from conftest import FILE_SECONDS, file_of
+from helpers import ROOT
+
+
+def test_the_collection_runs_the_longest_files_first_and_files_not_yet_measured_before_them(request):
+    files = list(dict.fromkeys(file_of(item) for item in request.session.items))
+    seconds = [FILE_SECONDS.get(file, float("inf")) for file in files]
+    assert seconds == sorted(seconds, reverse=True), files
+
+
+def test_make_test_all_hands_out_the_files_in_the_collections_order():
+    # pytest-xdist's loadfile otherwise orders the files by their number of tests, which puts the long one-test
+    # files last.
+    (recipe,) = re.findall(r"^test-all:.*\n\t(.*)", (ROOT / "Makefile").read_text(), re.M)
+    assert "--dist loadfile" in recipe and "--no-loadscope-reorder" in recipe
+
+
+def test_the_measured_files_are_the_suites_files():
+    files = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").glob("test_*.py")}
+    assert set(FILE_SECONDS) <= files  # a renamed or removed file is measured again
