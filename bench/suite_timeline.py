@@ -58,12 +58,16 @@ def busy_cores(samples: list, start: float, stop: float) -> float:
     return os.cpu_count() * (busy_1 - busy_0) / (total_1 - total_0)
 
 
+def file_of(test: str) -> str:
+    return test.split("::")[0]
+
+
 def file_seconds(phases: list[dict]) -> dict[str, float]:
-    """Each test file's seconds: its tests' phases summed, longest first."""
+    """Each test file's seconds: its tests' phases summed, longest first (the table printed and the file written)."""
     seconds = defaultdict(float)
     for phase in phases:
-        seconds[phase["test"].split("::")[0]] += phase["stop"] - phase["start"]
-    return {file: round(s, 1) for file, s in sorted(seconds.items(), key=lambda item: -item[1])}
+        seconds[file_of(phase["test"])] += phase["stop"] - phase["start"]
+    return dict(sorted(seconds.items(), key=lambda item: -item[1]))
 
 
 def report(phases: list[dict], samples: list, slowest: int) -> None:
@@ -81,13 +85,12 @@ def report(phases: list[dict], samples: list, slowest: int) -> None:
         ends = ", ".join(f"{worker} {last - start:.0f} s" for worker, last in sorted(workers.items()))
         print("each process's last test ended at", ends)
     rows = [(wall, busy_cores(samples, first, last), test) for test, (first, last, wall) in tests.items()]
-    by_file = defaultdict(lambda: [0.0, 0.0])
+    busy_seconds = defaultdict(float)  # each file's busy cores x wall, summed over its tests
     for wall, busy, test in rows:
-        totals = by_file[test.split("::")[0]]
-        totals[0], totals[1] = totals[0] + wall, totals[1] + wall * busy
+        busy_seconds[file_of(test)] += wall * busy
     print("\n   wall  busy  file")
-    for file, (wall, busy_s) in sorted(by_file.items(), key=lambda item: -item[1][0]):
-        print(f"{wall:7.0f} {busy_s / wall if wall else 0:5.2f}  {file}")
+    for file, wall in file_seconds(phases).items():
+        print(f"{wall:7.0f} {busy_seconds[file] / wall if wall else 0:5.2f}  {file}")
     print("\n   wall  busy  idle core-s  test")
     for wall, busy, test in sorted(rows, reverse=True)[:slowest]:
         print(f"{wall:7.1f} {busy:5.2f} {wall * (cores - busy):12.0f}  {test}")
@@ -116,7 +119,8 @@ def main() -> None:
     output.write_text(json.dumps({"phases": phases, "cpu": samples}) + "\n")
     report(phases, samples, args.slowest)
     if args.file_seconds:
-        Path(args.file_seconds).write_text(json.dumps(file_seconds(phases), indent=1) + "\n")
+        seconds = {file: round(wall, 1) for file, wall in file_seconds(phases).items()}
+        Path(args.file_seconds).write_text(json.dumps(seconds, indent=1) + "\n")
     sys.exit(status)
 
 
