@@ -203,13 +203,19 @@ class ReplyBatcher:
         self.running -= 1
         self._changed.set()
 
+    def abandon(self) -> None:
+        """An episode failed, and the run with it: what waits for a reply gets none, and the policy no batch (a
+        generation started now would hold the failure back until it ended)."""
+        self.running = 0
+        self._changed.set()
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while self.running:
             await self._batch_ready()
+            if not self.running:  # every episode is over, or the run failed
+                return
             batch, self.waiting = sorted(self.waiting.items()), {}
-            if not batch:
-                continue
             work = loop.run_in_executor(self.executor, self.policy, [self.episodes[index] for index, _ in batch])
             try:
                 replies = await asyncio.shield(work)
@@ -380,8 +386,10 @@ class EpisodeRunner:
                     break
                 reply = await batcher.reply(index)
                 await self._take_turn(episode, turn, reply, client, server)
-        finally:
-            batcher.finished()
+        except BaseException:  # its failure, or its cancellation by another episode's
+            batcher.abandon()
+            raise
+        batcher.finished()
 
     async def _take_turn(self, episode: Episode, turn: int, reply: Reply, client: BrowserGymEnv, server: str) -> None:
         action = add_reply(episode, self.chat, reply)

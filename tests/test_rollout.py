@@ -1,14 +1,19 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
+import os
+import signal
 import time
 
 import pytest
 import torch
 
+from browser_rl import rollout
 from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.errors import EnvironmentFailure
 from browser_rl.generation import Reply, written
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
+from env_client import LocalEnvServer
 from helpers import (
     built_trainer,
     click_the_button,
@@ -168,3 +173,28 @@ def test_the_wait_before_each_observation_a_run_picks_reaches_the_server(env_ser
     finally:
         runner.close()
     assert episode.actions == ["noop(0)", "noop(0)"]
+
+
+def test_a_server_failing_while_an_episode_waits_for_the_next_batch_fails_the_run_and_generates_no_more(
+    tokenizer, monkeypatch
+):
+    # The server dies while the policy writes the first turn's replies. Episode 1 writes no action, so it waits for
+    # the next batch at once, while episode 0's step meets the dead server: the failure must reach the caller as
+    # the environment's (a replay, not a crash), and the cancelled episode must not get a generation of its own.
+    monkeypatch.setattr(rollout, "BATCH_WAIT_S", 60.0)  # the batch waits for episode 0 well past its failure
+    calls = []
+    with LocalEnvServer(max_sessions=2, server_args=["--browsers", "1"]) as server:
+
+        def policy(episodes):
+            calls.append([episode.seed for episode in episodes])
+            os.killpg(server.pid, signal.SIGKILL)
+            texts = {0: click_the_button(episodes[0].observation.axtree_txt), 1: "hello"}
+            return [written(tokenizer, texts[episode.seed]) for episode in episodes]
+
+        runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EpisodeSettings(max_turns=2))
+        try:
+            with pytest.raises(EnvironmentFailure, match=f"\\(server {server.url}\\)"):
+                runner.run([("click-test", 0), ("click-test", 1)], policy)
+        finally:
+            runner.close()
+    assert calls == [[0, 1]]
