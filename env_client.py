@@ -73,8 +73,11 @@ def client_token(token: str | None = None) -> str | None:
 class LocalEnvServer:
     """The environment server (`python -m web_env.server`) as a child process for the length of a `with` block; its
     browsers go with it. It serves `task_modules` (your own tasks' modules, names or .py paths, as the command that
-    starts it was given them) beside MiniWoB. `server_args` go to the server as they are (e.g. ["--idle_timeout_s",
-    "60"])."""
+    starts it was given them) beside MiniWoB. `server_args` go to the server as they are (e.g. ["--browsers", "2"]).
+
+    Its sessions are this process's alone, so it never closes one as idle: the server's default timeout (600 s)
+    would close an episode's session while this process's policy thinks longer than that between two actions, as a
+    real model's turn on a CPU can."""
 
     def __init__(
         self,
@@ -126,7 +129,8 @@ class LocalEnvServer:
 
     def _launch(self) -> None:
         command = [sys.executable, "-m", "web_env.server", "--port", self.url.rsplit(":", 1)[1]]
-        command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid()), *self.server_args]
+        command += ["--max_sessions", str(self.max_sessions), "--parent_pid", str(os.getpid())]
+        command += ["--idle_timeout_s", "0", *self.server_args]
         if self.task_modules:
             command += ["--task_modules", *self.task_modules]
         # Its own process group, so that stopping it also stops the browsers it launched; and it watches

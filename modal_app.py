@@ -100,7 +100,8 @@ class EnvServerSandbox:
             app_name=app.name,
             # A sandbox outlives nothing by more than one attempt, even when its trainer is preempted.
             timeout=int(settings.modal_timeout_hours * 3600),
-            cmd=f"python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions {max_sessions}"
+            # Its sessions are the run's alone: none is closed as idle while the run's policy thinks or trains.
+            cmd=f"python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions {max_sessions} --idle_timeout_s 0"
             + (f" --task_modules {' '.join(served)}" if served else ""),
             cpu=settings.modal_env_cpu,
             memory=settings.modal_env_memory_mb,

@@ -249,7 +249,9 @@ def test_environment_servers_start_in_cpu_sandboxes_from_the_dockerfile_with_the
         assert sandbox["cpu"][1] == 6.0 and sandbox["memory"][1] == 8192  # the limits; Modal's small requests
     started = [command for _, command in sdk.commands if "web_env.server" in command]
     assert len(started) == 3
-    assert all("python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions 16" in c for c in started)
+    assert all(
+        "python -m web_env.server --host 0.0.0.0 --port 8000 --max_sessions 16 --idle_timeout_s 0" in c for c in started
+    )
 
 
 def test_a_failed_sandbox_is_replaced_and_its_new_url_rejoins_the_rotation(health_checks, monkeypatch):

@@ -157,8 +157,17 @@ def test_an_idle_session_is_closed_with_its_browser_context():
             with_session = len(chromium_processes(server.pid))
             # Idle from here on; the server looks for idle sessions every 5 s.
             assert wait_for(lambda: len(chromium_processes(server.pid)) < with_session, timeout_s=20)
-            with pytest.raises(RuntimeError, match="closed \\(idle past the server's timeout\\); connect again"):
+            closed = "closed: idle past the server's --idle_timeout_s of 1 s. Connect again"
+            with pytest.raises(RuntimeError, match=closed):
                 client.step(BrowserGymAction(action_str="noop()"))
+
+
+def test_a_server_this_process_starts_never_closes_its_sessions_as_idle(capfd):
+    # Its sessions are this process's alone, whose policy may think longer than any timeout between two actions (a
+    # real model's turn on a CPU took over the default 600 s); a server_args timeout still applies, as above.
+    with LocalEnvServer(max_sessions=1, server_args=["--browsers", "1"]):
+        pass
+    assert "idle ones never closed" in capfd.readouterr().err
 
 
 @pytest.mark.slow

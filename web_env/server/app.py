@@ -94,6 +94,7 @@ def build_app(args: argparse.Namespace, token: str | None):
         settle_ms=args.settle_ms,
         reload_every=args.reload_every,
         browsergym_actions=args.browsergym_actions,
+        idle_timeout_s=args.idle_timeout_s,
     )
     # Beyond max_sessions a new session gets a "capacity reached" error; an idle one is closed.
     sessions = ConcurrencyConfig(max_concurrent_envs=args.max_sessions, session_timeout=args.idle_timeout_s or None)
@@ -200,8 +201,7 @@ def main() -> None:
         parser.error(f"--reload_every must be at least 1, got {args.reload_every}")
     app = build_app(args, token)
     log.info(
-        "serving MiniWoB%s (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, "
-        "idle ones closed after %.0fs",
+        "serving MiniWoB%s (default task %s) on http://%s:%d, %s; up to %d sessions on %d browsers, %s",
         f" and {len(own_tasks)} task(s) of task modules ({', '.join(own_tasks)})" if own_tasks else "",
         args.task,
         args.host,
@@ -209,7 +209,7 @@ def main() -> None:
         reach,
         args.max_sessions,
         args.browsers,
-        args.idle_timeout_s,
+        f"idle ones closed after {args.idle_timeout_s:g}s" if args.idle_timeout_s else "idle ones never closed",
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 

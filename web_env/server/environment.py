@@ -82,9 +82,11 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         settle_ms: int = 0,
         reload_every: int = RELOAD_EVERY,
         browsergym_actions: bool = False,
+        idle_timeout_s: float = 0,
     ):
         super().__init__()
         self._pool = pool
+        self._idle_timeout_s = idle_timeout_s  # the server closes the session after this long without an action
         self._worker: BrowserWorker | None = pool.assign()
         self._default_task = default_task
         self._screenshots = screenshots
@@ -159,7 +161,11 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
 
     def _check_open(self) -> None:
         if self._worker is None:
-            raise RuntimeError("this session was closed (idle past the server's timeout); connect again")
+            raise RuntimeError(
+                f"this session was closed: idle past the server's --idle_timeout_s of {self._idle_timeout_s:g} s. "
+                "Connect again; a client that thinks longer between actions needs a server started with a longer "
+                "--idle_timeout_s (0: never)"
+            )
 
     def close(self) -> None:
         # Marked closed before the browser context goes, so a step that arrives meanwhile is told why.
