@@ -35,7 +35,7 @@ import torch
 from browser_rl import episode_settings
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.generation import load_policy, model_generate
+from browser_rl.generation import TurnCachedGeneration, load_policy
 from browser_rl.gguf import as_checkpoint, is_gguf
 from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
@@ -236,7 +236,6 @@ def run_episodes(
 ) -> None:
     """Plays the instances not yet in records, batch after batch, appending each played episode to records and
     to episodes.jsonl."""
-    policy = sampling(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
     max_context_tokens = model.config.max_position_embeddings - args.max_new_tokens
     output_dir = Path(args.output_dir)
     if records:
@@ -244,6 +243,8 @@ def run_episodes(
     with open(output_dir / "episodes.jsonl", "a") as episodes_file:
         for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
             traced = args.traces is not None
+            # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
+            policy = sampling(TurnCachedGeneration(model, tokenizer, args.temperature, args.max_new_tokens))
             for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures, traced):
                 if traced:
                     keep_trace(args, len(records), episode, runner.settings.max_page_chars)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 from peft import AutoPeftModelForCausalLM
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, GenerationConfig
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
@@ -53,9 +53,7 @@ def until_end_of_turn(sampled: list[list[int]], logprobs: list[list[float]], eos
 def sample_replies(
     model, contexts: list[list[int]], generation_config, pad_token_id: int, eos_token_ids: list[int], temperature: float
 ) -> list[Reply]:
-    """One batched `generate` over left-padded contexts, with each sampled token's log-probability under
-    log_softmax(logits / temperature), the distribution the trainer scores (greedy decoding when temperature is
-    0: log-probs at temperature 1)."""
+    """One batched `generate` over left-padded contexts (sampled_replies)."""
     width = max(map(len, contexts))
     input_ids = torch.tensor([[pad_token_id] * (width - len(c)) + c for c in contexts], device=model.device)
     attention_mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=model.device)
@@ -63,6 +61,13 @@ def sample_replies(
     generation_config.update(output_logits=True, return_dict_in_generate=True)
     with torch.no_grad():
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config)
+    return sampled_replies(out, width, eos_token_ids, temperature)
+
+
+def sampled_replies(out, width: int, eos_token_ids: list[int], temperature: float) -> list[Reply]:
+    """The replies of a `generate` output past the contexts' `width`, each sampled token with its log-probability
+    under log_softmax(logits / temperature), the distribution the trainer scores (greedy decoding when temperature
+    is 0: log-probs at temperature 1)."""
     sampled = out.sequences[:, width:]
     logits = torch.stack(out.logits, dim=1).float() / (temperature or 1.0)
     logprobs = logits.log_softmax(-1).gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
@@ -103,18 +108,65 @@ def end_of_turn_ids(model, tokenizer) -> list[int]:
     return list(dict.fromkeys([tokenizer.eos_token_id, *declared]))
 
 
-def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
-    """Sampling from a loaded policy at `temperature` (0: greedy)."""
+def policy_generation_config(tokenizer, eos_token_ids: list[int], temperature: float, max_new_tokens: int):
+    """A loaded policy's sampling at `temperature` (0: greedy)."""
     # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
-    eos_token_ids = end_of_turn_ids(model, tokenizer)
-    config = GenerationConfig(
+    return GenerationConfig(
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=eos_token_ids,
         **(sampling or {"do_sample": False}),
     )
+
+
+def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
+    """Sampling from a loaded policy at `temperature` (0: greedy), the contexts in one batched `generate`."""
+    eos_token_ids = end_of_turn_ids(model, tokenizer)
+    config = policy_generation_config(tokenizer, eos_token_ids, temperature, max_new_tokens)
     return lambda contexts: sample_replies(model, contexts, config, tokenizer.pad_token_id, eos_token_ids, temperature)
+
+
+class TurnCachedGeneration:
+    """Sampling from a loaded policy, each context on its own, keeping the key/value cache of each from the last call.
+
+    An episode's next context extends its last one (the reply and the next page appended), so its next turn
+    prefills only the new tokens, where a batched `generate` prefills the whole stream again: on a 10-turn episode,
+    about six times the tokens (docs/real_model.md). A context goes on from the cache whose tokens it begins with,
+    and takes it; the caches of episodes that ended stay until this object goes, so make one for a batch of
+    episodes. The weights must not change meanwhile (an evaluation's policy, not a training step's)."""
+
+    def __init__(self, model, tokenizer, temperature: float, max_new_tokens: int):
+        self.model = model
+        self.temperature = temperature
+        self.eos_token_ids = end_of_turn_ids(model, tokenizer)
+        self.config = policy_generation_config(tokenizer, self.eos_token_ids, temperature, max_new_tokens)
+        self.config.update(output_logits=True, return_dict_in_generate=True)
+        self.caches: list[tuple[list[int], Cache]] = []  # the tokens each cache holds, and the cache
+
+    def __call__(self, contexts: list[list[int]]) -> list[Reply]:
+        return [self._continue(context) for context in contexts]
+
+    def _continue(self, context: list[int]) -> Reply:
+        input_ids = torch.tensor([context], device=self.model.device)
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                cache=self._cache_of(context),
+                generation_config=self.config,
+            )
+        tokens = out.sequences[0].tolist()
+        self.caches.append((tokens[: out.cache.get_seq_length()], out.cache))  # all but the last token sampled
+        return sampled_replies(out, len(context), self.eos_token_ids, self.temperature)[0]
+
+    def _cache_of(self, context: list[int]) -> Cache | None:
+        """Takes the cache whose tokens `context` begins with (and goes beyond); None if there is none."""
+        for index, (tokens, cache) in enumerate(self.caches):
+            if len(tokens) < len(context) and context[: len(tokens)] == tokens:
+                del self.caches[index]
+                return cache
+        return None
 
 
 def trainer_generate(trainer: GRPOTrainer) -> GenerateFn:

@@ -1,5 +1,6 @@
 """Episodes through a real server: batched generation, token bookkeeping, and the trainer's view of them."""
 
+import itertools
 import os
 import signal
 import time
@@ -10,8 +11,8 @@ import torch
 from browser_rl import rollout
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure
-from browser_rl.generation import Reply, written
-from browser_rl.rollout import EpisodeRunner
+from browser_rl.generation import Reply, TurnCachedGeneration, load_policy, model_generate, written
+from browser_rl.rollout import EpisodeRunner, sampling
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import (
@@ -198,3 +199,58 @@ def test_a_server_failing_while_an_episode_waits_for_the_next_batch_fails_the_ru
         finally:
             runner.close()
     assert calls == [[0, 1]]
+
+
+def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_reply_as_a_whole_prefill_does(
+    env_server, tiny_model
+):
+    # evaluate.py's generation (TurnCachedGeneration) against one batched generate a turn over the whole streams.
+    model, tokenizer = load_policy(tiny_model)
+    fed = []  # the tokens of each forward pass: a prefill, or one sampled token
+    model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=3))
+    contexts = {}  # the contexts each episode was continued from, turn by turn
+
+    def recording(generate):
+        def policy(episodes):
+            for episode in episodes:
+                contexts.setdefault(episode.seed, []).append(episode.context())
+            return sampling(generate)(episodes)
+
+        return policy
+
+    instances = [("click-test", 0), ("click-test", 1)]
+    try:
+        whole = runner.run(instances, recording(model_generate(model, tokenizer, 0, 8)))
+        contexts.clear()
+        fed.clear()
+        cached = runner.run(instances, recording(TurnCachedGeneration(model, tokenizer, 0, 8)))
+    finally:
+        runner.close()
+
+    assert [e.completion_ids for e in cached] == [e.completion_ids for e in whole]
+    assert [e.turns for e in cached] == [3, 3]  # the tiny model writes no action: each turn's stream grows
+    # A turn's prefill starts where the episode's cache of its last turn ends: its last reply's final token (never
+    # fed while sampling) and the new page; the first turn's is the whole prompt.
+    expected = 0
+    for turns in contexts.values():
+        expected += len(turns[0])
+        for before, now in itertools.pairwise(turns):
+            reply = 8  # the tiny model's replies run to max_new_tokens
+            expected += len(now) - (len(before) + reply - 1)
+    assert sum(n for n in fed if n > 1) == expected
+
+
+def test_each_context_goes_on_from_its_own_episodes_cache_in_whatever_order_the_episodes_come(tiny_model):
+    model, tokenizer = load_policy(tiny_model)
+    cached, whole = TurnCachedGeneration(model, tokenizer, 0, 8), model_generate(model, tokenizer, 0, 8)
+    contexts = [tokenizer.encode(f"<|im_start|>user\nepisode {i}: {'page ' * i}<|im_end|>\n") for i in range(3)]
+    for _ in range(2):
+        replies, expected = cached(contexts), whole(contexts)
+        assert [r.ids for r in replies] == [r.ids for r in expected]
+        # The tiny model's tokens barely depend on the context; their log-probabilities do.
+        for reply, other in zip(replies, expected):
+            assert reply.logprobs == pytest.approx(other.logprobs, abs=1e-4)
+        # The next turn: each stream goes on (its reply, a page), and the episodes come back in another order.
+        contexts = [c + r.ids + tokenizer.encode("<|im_start|>user\nnext page") for c, r in zip(contexts, replies)]
+        contexts.reverse()
