@@ -208,7 +208,8 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
     model, tokenizer = load_policy(tiny_model)
     fed = []  # the tokens of each forward pass: a prefill, or one sampled token
     model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
-    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=3))
+    # Lock step: both episodes in every batch, so that the whole prefill's batches do not vary with the browsers.
+    runner = EpisodeRunner(ServerPool([env_server.url]), tokenizer, EpisodeSettings(max_turns=3), lockstep=True)
     contexts = {}  # the contexts each episode was continued from, turn by turn
 
     def recording(generate):
