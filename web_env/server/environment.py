@@ -213,12 +213,10 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         return self._observation(error="", reward=0.0, done=False, raw_reward=0.0, extra_metadata=metadata)
 
     def _step(self, action_str: str) -> BrowserGymObservation:
-        # A task module's app navigates (a form posted, a link followed): BrowserGym's own code acts through
-        # Playwright's element actions, which wait for the navigation an action starts, so that `validate` sees what
-        # the app recorded; page_actions.py's shorter path serves MiniWoB's pages, which never navigate.
-        short_path = self._short_path and isinstance(self._task, AbstractMiniwobTask)
+        # A task module's app navigates (a form posted, a link followed), MiniWoB's pages never do.
+        may_navigate = not isinstance(self._task, AbstractMiniwobTask)
         box = page_reading.element_box(self._page, action_str) if self._trace else None
-        return self._step_with(lambda: run_action(self._page, action_str, short_path), action_box=box)
+        return self._step_with(lambda: run_action(self._page, action_str, self._short_path, may_navigate), box)
 
     def _step_with(self, act, action_box: list[float] | None = None) -> BrowserGymObservation:
         try:

@@ -17,6 +17,11 @@ disabled or read-only, moving, not wholly in view, covered at its centre, a box 
 some other way), or the action is another one or has options, BrowserGym's own code runs, so waits, timeouts and
 error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each action type on both paths.
 
+On a page that may navigate (a task module's app posts forms, follows links), the checked click, double click or
+hover is put in by Playwright's element call forced past the checks, which waits for a navigation the input starts as
+BrowserGym's call does; its deadline is the task's, not the 500 ms that BrowserGym gives its waits for the element,
+which a busy machine ran out of with the action done.
+
 A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
 500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
 (scripts/focus.js).
@@ -57,15 +62,16 @@ POINTER_ACTIONS = {
 }
 
 
-def run_action(page, action_str: str, short_path: bool = True) -> None:
+def run_action(page, action_str: str, short_path: bool = True, may_navigate: bool = False) -> None:
     """Run one action of the allowlist on `page` as BrowserGym does (`short_path=False`: always with BrowserGym's own
-    code); raises what BrowserGym raises, and ValueError for an action the allowlist refuses (actions.action_code)."""
+    code; `may_navigate`: the page's app may navigate, and a pointer action waits for what it starts); raises what
+    BrowserGym raises, and ValueError for an action the allowlist refuses (actions.action_code)."""
     code = action_code(action_str)
-    if not (short_path and acted_in_few_round_trips(page, action_str)):
+    if not (short_path and acted_in_few_round_trips(page, action_str, may_navigate)):
         execute_python_code(code, page, send_message_to_user=None, report_infeasible_instructions=None)
 
 
-def acted_in_few_round_trips(page, action_str: str) -> bool:
+def acted_in_few_round_trips(page, action_str: str, may_navigate: bool = False) -> bool:
     """Whether the action was one the check serves and vouched for, and is done; False, with nothing done (or the
     action's events stopped, as Playwright stops them), for BrowserGym's code to run."""
     ((name, args),) = highlevel_action_parser.parse_string(action_str).as_list()
@@ -73,7 +79,7 @@ def acted_in_few_round_trips(page, action_str: str) -> bool:
     if not args or not all(type(arg) is str for arg in args) or not args[0].isdigit():
         return False
     if name in POINTER_ACTIONS and len(args) == 1:
-        return pointed(page, name, args[0])
+        return pointed(page, name, args[0], may_navigate)
     if name == "fill" and len(args) == 2:
         return filled(page, *args)
     if name == "focus" and len(args) == 1:
@@ -81,12 +87,20 @@ def acted_in_few_round_trips(page, action_str: str) -> bool:
     return False
 
 
-def pointed(page, name: str, bid: str) -> bool:
+def pointed(page, name: str, bid: str, may_navigate: bool) -> bool:
     events, pointer_input, locator_action = POINTER_ACTIONS[name]
     point = page.evaluate(ELEMENT_CHECK, [bid, name, events])
     if point is None:
         return False
-    pointer_input(page.mouse, *point)
+    if may_navigate:
+        # Playwright's element call, forced past the checks just made, puts in the same input and waits, as
+        # BrowserGym's call does, for a navigation it starts (a form posted, a link followed), so that the task's
+        # validate sees what the app recorded. Its deadline is the task's own (the context's default), not the 500 ms
+        # that BrowserGym gives its waits for the element: with them made in the page, a busy machine no longer
+        # decides whether the action fails.
+        getattr(page.get_by_test_id(bid), name)(force=True)
+    else:
+        pointer_input(page.mouse, *point)
     if not page.evaluate(HIT_VERDICT):  # the page changed under the pointer: Playwright retries, as here
         locator_action(page.get_by_test_id(bid))
     return True
