@@ -348,3 +348,22 @@ def sessions_in_this_process(modules: list[str]):
     finally:
         for env in sessions:
             env.close()
+
+
+# A page that keeps its renderer busy 100 ms a frame, as a busy machine keeps it, whatever the machine's load: each of
+# the dozen round trips of BrowserGym's element calls waits for the renderer, and they run out of BrowserGym's 500 ms.
+BUSY_FRAMES = """ms => {
+  if (window.busyFrames) return;
+  window.busyFrames = true;
+  const busy = () => {
+    const end = performance.now() + ms;
+    while (performance.now() < end);
+    requestAnimationFrame(busy);
+  };
+  requestAnimationFrame(busy);
+}"""
+
+
+def keep_renderer_busy(page, ms: int = 100) -> None:
+    """Keep the renderer of `page`'s document busy `ms` of every frame (a new document is not)."""
+    page.evaluate(BUSY_FRAMES, ms)

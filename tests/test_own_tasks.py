@@ -22,7 +22,7 @@ from browser_rl.evaluation import evaluate
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
-from helpers import ROOT, sessions_in_this_process, train_here
+from helpers import ROOT, keep_renderer_busy, sessions_in_this_process, train_here
 from warm_start.demonstrations import load
 from warm_start.record import main as record_main
 from web_env import task_modules
@@ -154,27 +154,16 @@ def test_a_backend_that_raises_answers_500_which_the_page_shows(coffee_env):
     assert "the app's backend raised ZeroDivisionError: division by zero" in observation.axtree_txt
 
 
-# A page that keeps its renderer busy 100 ms a frame, as a busy machine keeps it, whatever the machine's load: each of
-# the dozen round trips of BrowserGym's element calls waits for the renderer, and every click of the order ran out of
-# BrowserGym's 500 ms, the order placed all the same by the last one (a CI run met that on a busy machine).
-BUSY_FRAMES = """ms => {
-  const busy = () => {
-    const end = performance.now() + ms;
-    while (performance.now() < end);
-    requestAnimationFrame(busy);
-  };
-  requestAnimationFrame(busy);
-}"""
-
-
 def test_an_own_tasks_actions_on_a_busy_renderer_are_done_and_none_is_reported_failed(coffee_env, monkeypatch):
+    # Every click of BrowserGym's code ran out of its 500 ms here, the order placed all the same by the last one (a CI
+    # run met that on a busy machine).
     def browsergym_code(*args, **kwargs):
         raise AssertionError("BrowserGym's code ran, with its 500 ms deadlines")
 
     monkeypatch.setattr(page_actions, "execute_python_code", browsergym_code)
     env = coffee_env()
     observation = env.reset(task_name="order-coffee", seed=6)
-    env.act_with(lambda task, page: page.evaluate(BUSY_FRAMES, 100))
+    env.act_with(lambda task, page: keep_renderer_busy(page))
     for action in order_actions(observation.axtree_txt, asked_order(observation.goal)):
         result = env.step(BrowserGymAction(action_str=action))
         assert result.error == "", action

@@ -17,10 +17,11 @@ from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
-from helpers import ROOT, alive, sessions_in_this_process, wait_for
+from helpers import ROOT, alive, keep_renderer_busy, sessions_in_this_process, wait_for
 from warm_start.experts import expert_policy, known_experts
 from warm_start.record import record
 from web_env import task_modules
+from web_env.models import BrowserGymAction
 from web_env.server import check_tasks
 
 RECIPE = yaml.safe_load((ROOT / "configs" / "workflows.yaml").read_text())
@@ -73,6 +74,21 @@ def test_the_experts_solve_each_workflow_through_the_server_in_6_to_15_actions_o
         assert demonstration.solved, f"{label}: {[turn.reply for turn in demonstration.turns]}"
         assert 6 <= len(demonstration.turns) <= 15, label
         assert all("[... page truncated]" not in turn.page for turn in demonstration.turns), label
+
+
+@pytest.mark.slow
+def test_the_experts_solve_each_workflow_on_a_busy_renderer_with_no_action_reported_failed(workflows_env, tokenizer):
+    # On BrowserGym's code every action of these episodes ran out of its 500 ms and no expert solved its workflow.
+    env, chat, experts = workflows_env(), ChatTurns(tokenizer, SETTINGS.max_page_chars), known_experts(MODULES)
+    for task in WORKFLOWS:
+        observation, history = env.reset(task_name=task, seed=3_000_000), []
+        while not observation.done and len(history) < SETTINGS.max_turns:
+            env.act_with(lambda task, page: keep_renderer_busy(page))  # each page the episode comes to
+            action = experts[task](observation.goal, chat.page(observation), history)
+            observation = env.step(BrowserGymAction(action_str=action))
+            history.append((action, observation.error))
+        assert [error for _, error in history if error] == [], task
+        assert observation.reward == 1.0, f"{task}: {history}"
 
 
 def misread(goal: str, task: str) -> str:
