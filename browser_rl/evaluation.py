@@ -300,6 +300,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         | {k: v for k, v in asdict(servers).items() if k != "env_token"}  # the token is a secret
     )
     records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(policy)})
+    checkout = provenance()  # the code this run plays with: the checkout may move on during an hour's run
     model, tokenizer = load_policy(policy)
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
@@ -326,7 +327,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
             "seeds": [list(instance) for instance in instances],
             "arguments": settings,
         }
-        | provenance()
+        | checkout
     )
     Path(args.output_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if len(tasks) > 1:

@@ -18,6 +18,7 @@ from PIL import Image
 
 import evaluate as evaluate_py
 import train
+from browser_rl import evaluation
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
@@ -132,7 +133,10 @@ def test_evaluate_a_lora_adapter_directory_from_the_command_line(tiny_model, env
     assert len((adapter / "eval-click-test" / "episodes.jsonl").read_text().splitlines()) == 4
 
 
-def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, env_server, tmp_path):
+def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, env_server, tmp_path, monkeypatch):
+    # A commit made while the episodes play (an hour, for a real model on a CPU) is not the code that played them.
+    checkouts = iter(["the commit the run started at", "a commit made during the run"])
+    monkeypatch.setattr(evaluation, "provenance", lambda: {"commit": next(checkouts), "packages": {}})
     args = EvalArguments(model=tiny_model, episodes=3, batch_size=6, output_dir=str(tmp_path))
     tasks = TaskArguments(tasks=["click-test", "click-button"])
     summary = evaluate(args, tasks, EpisodeArguments(max_turns=1), ServerArguments(env_url=env_server.url))
@@ -148,6 +152,7 @@ def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, e
     assert "  click-button                 0.0%    0.0-56.2%      -     100.0%" in table
     assert "  mean over tasks              0.0%" in table
     assert Image.open(tmp_path / CHART_FILE).width > 300
+    assert summary["commit"] == "the commit the run started at"
 
 
 def on_server(env_server) -> tuple:
