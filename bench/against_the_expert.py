@@ -4,10 +4,10 @@ the expert's way (docs/real_model.md, book-clinic).
     python bench/against_the_expert.py outputs/real/clinic-warm-up/eval-100
 
 The expert (warm_start.experts) plays every task and seed the evaluation recorded, through the environment server and
-the episode loop that training uses, with the evaluation's episode settings and task modules. For each turn: in how
-many episodes the policy's action there is the expert's, and the policy's commonest action there; then how many
-episodes follow the expert for their first k actions. Where the two differ at a turn, they see different pages from
-then on, so a later turn's agreement counts only episodes that agreed until then.
+the episode loop that training uses, with the evaluation's episode settings and task modules. For each turn: of the
+episodes that followed the expert until then, in how many the policy's action there is the expert's (where the two
+differ at a turn, they see different pages from then on), and the policy's commonest action there; then, each turn on
+its own, in how many of all the episodes the policy's action is the expert's.
 """
 
 import argparse
@@ -56,14 +56,15 @@ def main() -> None:
     episodes = [json.loads(line) for line in (evaluation / "episodes.jsonl").read_text().splitlines()]
     expert = experts_actions(evaluation, episodes)
     pairs = [(e["actions"], expert[e["task_name"], e["seed"]]) for e in episodes]
+    turns = range(max(len(theirs) for _, theirs in pairs))
     print(f"{len(pairs)} episodes; turn: the policy's action is the expert's in (of those that agreed until then)")
-    for turn in range(max(len(theirs) for _, theirs in pairs)):
+    for turn in turns:
         reached = [(ours, theirs) for ours, theirs in pairs if len(theirs) > turn and ours[:turn] == theirs[:turn]]
         same = sum(len(ours) > turn and ours[turn] == theirs[turn] for ours, theirs in reached)
         commonest, count = Counter(ours[turn] if len(ours) > turn else None for ours, _ in pairs).most_common(1)[0]
         print(f"  turn {turn + 1}: {same} of {len(reached)}; commonest of all {len(pairs)}: {commonest} ({count})")
     print("each turn on its own: the policy's action is the expert's in")
-    for turn in range(max(len(theirs) for _, theirs in pairs)):
+    for turn in turns:
         same = sum(len(ours) > turn and len(theirs) > turn and ours[turn] == theirs[turn] for ours, theirs in pairs)
         print(f"  turn {turn + 1}: {same} of {len(pairs)}")
 
