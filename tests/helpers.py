@@ -353,10 +353,11 @@ def sessions_in_this_process(modules: list[str]):
 # A page that keeps its renderer busy 100 ms a frame, as a busy machine keeps it, whatever the machine's load: each of
 # the dozen round trips of BrowserGym's element calls waits for the renderer, and they run out of BrowserGym's 500 ms.
 BUSY_FRAMES = """ms => {
-  if (window.busyFrames) return;
-  window.busyFrames = true;
+  const started = window.busyFrameMs !== undefined;
+  window.busyFrameMs = ms;
+  if (started) return;
   const busy = () => {
-    const end = performance.now() + ms;
+    const end = performance.now() + window.busyFrameMs;
     while (performance.now() < end);
     requestAnimationFrame(busy);
   };
@@ -365,5 +366,6 @@ BUSY_FRAMES = """ms => {
 
 
 def keep_renderer_busy(page, ms: int = 100) -> None:
-    """Keep the renderer of `page`'s document busy `ms` of every frame (a new document is not)."""
+    """Keep the renderer of `page`'s document busy `ms` of every frame from now on (0: idle again; a new document
+    is not busy)."""
     page.evaluate(BUSY_FRAMES, ms)
