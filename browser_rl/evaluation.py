@@ -8,7 +8,7 @@ of replies that held no valid action; for several tasks, as a table with the mea
 (success.png), and per BrowserGym split (train, test). Writes one JSON line per episode, a summary (with the
 commit, package versions and seeds) to --output_dir, and with --traces (all, failures, or N per task) the traces
 of the episodes and a viewer that shows them step by step with the page as it looked (browser_rl.traces). Run again
-with the same settings and output directory, it plays only the episodes not yet recorded.
+with the same settings (or more --episodes) and output directory, it plays only the episodes not yet recorded.
 
 The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
 `--benchmark miniwob` plays BrowserGym's MiniWoB benchmark as browsergym-experiments defines it: every task, each
@@ -188,13 +188,12 @@ def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
     """The episodes an earlier run of these settings recorded in output_dir, to resume after; a line cut off by
     a crash is dropped. Another evaluation's directory is refused rather than mixed in."""
     settings_file, episodes_file = output_dir / "settings.json", output_dir / "episodes.jsonl"
-    if settings_file.exists():
-        earlier = json.loads(settings_file.read_text())
-        if differing := [k for k in settings if k not in OPERATIONAL and earlier.get(k) != settings[k]]:
-            raise ConfigError(
-                f"{output_dir} holds an evaluation with other settings ({', '.join(differing)}):"
-                " choose another --output_dir"
-            )
+    earlier = json.loads(settings_file.read_text()) if settings_file.exists() else settings
+    if differing := settings_not_resumable(earlier, settings):
+        raise ConfigError(
+            f"{output_dir} holds an evaluation with other settings ({', '.join(differing)}):"
+            " choose another --output_dir"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     settings_file.write_text(json.dumps(settings, indent=2) + "\n")
     records = []
@@ -204,6 +203,15 @@ def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
                 records.append(json.loads(line))
         episodes_file.write_text("".join(json.dumps(record) + "\n" for record in records))
     return records
+
+
+def settings_not_resumable(earlier: dict, settings: dict) -> list[str]:
+    """The settings an evaluation recorded with `earlier` cannot go on with. More --episodes can: each task's
+    seeds run on from --first_seed, so the episodes recorded are the first of the new run's."""
+    differing = [k for k in settings if k not in OPERATIONAL and earlier.get(k) != settings[k]]
+    if "episodes" in differing and settings["episodes"] > earlier["episodes"]:
+        differing.remove("episodes")
+    return differing
 
 
 def model_files(model: str) -> list:

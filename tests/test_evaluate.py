@@ -155,6 +155,20 @@ def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, e
     assert summary["commit"] == "the commit the run started at"
 
 
+def test_more_episodes_go_on_from_those_recorded_and_fewer_are_refused(tiny_model, env_server, tmp_path):
+    def evaluate_episodes(n: int) -> list[str]:
+        args = EvalArguments(model=tiny_model, episodes=n, batch_size=2, output_dir=str(tmp_path))
+        evaluate(args, TaskArguments(), EpisodeArguments(max_turns=1), ServerArguments(env_url=[env_server.url]))
+        return (tmp_path / "episodes.jsonl").read_text().splitlines()
+
+    first = evaluate_episodes(2)
+    more = evaluate_episodes(3)
+    assert more[:2] == first  # kept, not played again
+    assert [json.loads(line)["seed"] for line in more] == [1_000_000, 1_000_001, 1_000_002]
+    with pytest.raises(ConfigError, match=r"other settings \(episodes\)"):
+        evaluate_episodes(2)
+
+
 def on_server(env_server) -> tuple:
     """The task, episode and server arguments of an evaluation of the default task on the shared server."""
     return TaskArguments(), EpisodeArguments(), ServerArguments(env_url=[env_server.url])
