@@ -20,11 +20,10 @@ from pathlib import Path
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.metrics import setup_logging
 from browser_rl.options import ServerArguments
-from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
-from warm_start.experts import expert_policy, known_experts
-from warm_start.record import record
+from warm_start.experts import known_experts
+from warm_start.record import record_experts
 from warm_start.tiny_lfm2 import build_tokenizer
 from web_env import task_modules
 
@@ -36,12 +35,11 @@ def experts_actions(evaluation: Path, episodes: list[dict]) -> dict[tuple[str, i
     task_modules.load(modules)
     episode_settings = EpisodeSettings(**settings["episode_settings"])
     tokenizer = build_tokenizer()
-    policy = expert_policy(ChatTurns(tokenizer, episode_settings.max_page_chars), known_experts(modules))
     instances = [(e["task_name"], e["seed"]) for e in episodes]
     with contextlib.ExitStack() as stack:
         servers = open_server_pool(stack, ServerArguments(env_servers=1), 16, modules)
         with closing(EpisodeRunner(servers, tokenizer, episode_settings)) as runner:
-            played = record(runner, instances, policy)
+            played = record_experts(runner, instances, known_experts(modules))
     unsolved = [f"{d.task} seed {d.seed}" for d in played if not d.solved]
     if unsolved:
         print(f"the expert does not solve {len(unsolved)}: {', '.join(unsolved)}")

@@ -23,12 +23,12 @@ from browser_rl.command_line import parse_command_line
 from browser_rl.evaluation import wilson_interval
 from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
-from browser_rl.prompts import ChatTurns, compact_page
+from browser_rl.prompts import compact_page
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
 from warm_start.demonstrations import Demonstration
-from warm_start.experts import EXPERTS, expert_policy, known_experts
-from warm_start.record import record
+from warm_start.experts import EXPERTS, known_experts
+from warm_start.record import record_experts
 from warm_start.tiny_lfm2 import build_tokenizer
 
 FIRST_SEED = 3_000_000
@@ -72,7 +72,6 @@ def main() -> None:
     settings = episode_settings.resolve(given, None, "").settings
     print(f"episode settings: {settings.describe()}")
     tokenizer = build_tokenizer()
-    chat = ChatTurns(tokenizer, settings.max_page_chars)
     groups = similarity_groups()
     rows = []
     with contextlib.ExitStack() as stack:
@@ -81,7 +80,7 @@ def main() -> None:
             start = time.perf_counter()
             instances = [(task, seed) for seed in range(args.first_seed, args.first_seed + args.episodes)]
             with closing(EpisodeRunner(servers, tokenizer, settings)) as runner:
-                played = record(runner, instances, expert_policy(chat, experts))
+                played = record_experts(runner, instances, experts)
             solved = sum(d.solved for d in played)
             low, high = wilson_interval(solved, len(played))
             reasons = Counter(failure(d) for d in played if not d.solved)

@@ -10,14 +10,13 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.options import EpisodeArguments
-from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import browsergym_split_of
 from helpers import ROOT
-from warm_start.experts import EXPERTS, expert_policy
+from warm_start.experts import EXPERTS
 from warm_start.page_tree import nodes
-from warm_start.record import record
+from warm_start.record import record_experts
 
 SEEDS = range(3_000_100, 3_000_102)  # held out: apart from training's, evaluation's and recorded demonstrations'
 
@@ -59,6 +58,6 @@ def recipe_settings(config: str) -> EpisodeSettings:
 def test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it(env_server, tokenizer, tasks, settings):
     instances = [(task, seed) for task in tasks for seed in SEEDS]
     with closing(EpisodeRunner(ServerPool([env_server.url]), tokenizer, settings)) as runner:
-        played = record(runner, instances, expert_policy(ChatTurns(tokenizer, settings.max_page_chars), EXPERTS))
+        played = record_experts(runner, instances, EXPERTS)
     unsolved = [(d.task, d.seed, [turn.reply for turn in d.turns]) for d in played if not d.solved]
     assert unsolved == []

@@ -19,7 +19,7 @@ from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import ROOT, alive, keep_renderer_busy, sessions_in_this_process, wait_for
 from warm_start.experts import expert_policy, known_experts
-from warm_start.record import record
+from warm_start.record import record_experts
 from web_env import task_modules
 from web_env.models import BrowserGymAction
 from web_env.server import check_tasks
@@ -67,8 +67,7 @@ def test_the_experts_solve_each_workflow_through_the_server_in_6_to_15_actions_o
 ):
     instances = [(task, 1_000_001) for task in WORKFLOWS]  # bench/expert_success.py plays 100 seeds each
     with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
-        policy = expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars), known_experts(MODULES))
-        played = record(runner, instances, policy)
+        played = record_experts(runner, instances, known_experts(MODULES))
     for demonstration in played:
         label = f"{demonstration.task} seed {demonstration.seed}"
         assert demonstration.solved, f"{label}: {[turn.reply for turn in demonstration.turns]}"
@@ -109,9 +108,7 @@ def test_a_workflow_ended_with_one_detail_wrong_scores_0_through_the_server(work
     expert = known_experts(MODULES)[task]
     misreading = {task: lambda goal, page, history: expert(misread(goal, task), page, history)}
     with closing(EpisodeRunner(ServerPool([workflows_server.url]), tokenizer, SETTINGS)) as runner:
-        (episode,) = runner.run(
-            [(task, 1_000_003)], expert_policy(ChatTurns(tokenizer, SETTINGS.max_page_chars), misreading)
-        )
+        (episode,) = runner.run([(task, 1_000_003)], expert_policy(runner.chat, misreading))
     quantity = int(episode.first_observation.goal.split()[1]) if task == "shop-checkout" else 0
     wrong_value = {"book-clinic": "'556-", "pay-bills": "'2026-11-", "shop-checkout": f", '{quantity + 1}')"}[task]
     assert any(wrong_value in (action or "") for action in episode.actions), episode.actions

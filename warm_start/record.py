@@ -25,12 +25,11 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.gguf import as_checkpoint
 from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
-from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
 from warm_start.demonstrations import Demonstration, of_episode, save
-from warm_start.experts import expert_policy, known_experts
+from warm_start.experts import Expert, expert_policy, known_experts
 from warm_start.plans import PLANS, REPLY_MIXES, Replies, choosing, plan
 
 log = logging.getLogger("record")
@@ -50,6 +49,13 @@ def record(
         demonstrations += [of_episode(episode, runner.settings) for episode in episodes]
         log.info("recorded %d of %d episodes", len(demonstrations), len(instances))
     return demonstrations
+
+
+def record_experts(
+    runner: EpisodeRunner, instances: list[TaskInstance], experts: dict[str, Expert], max_failures: int = 3
+) -> list[Demonstration]:
+    """The episodes of `experts` (by task), each reading the page as the runner's prompt shows it to the policy."""
+    return record(runner, instances, expert_policy(runner.chat, experts), max_failures)
 
 
 def record_mix(
@@ -95,8 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             instances = [(task, seed) for task in tasks.task_weights() for seed in seeds]
             runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
-            policy = expert_policy(ChatTurns(tokenizer, settings.max_page_chars), scripted)
-            demonstrations = record(runner, instances, policy, servers.max_env_failures)
+            demonstrations = record_experts(runner, instances, scripted, servers.max_env_failures)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
