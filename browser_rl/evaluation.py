@@ -188,8 +188,8 @@ def recorded_episodes(output_dir: Path, settings: dict) -> list[dict]:
     """The episodes an earlier run of these settings recorded in output_dir, to resume after; a line cut off by
     a crash is dropped. Another evaluation's directory is refused rather than mixed in."""
     settings_file, episodes_file = output_dir / "settings.json", output_dir / "episodes.jsonl"
-    earlier = json.loads(settings_file.read_text()) if settings_file.exists() else settings
-    if differing := settings_not_resumable(earlier, settings):
+    earlier = json.loads(settings_file.read_text()) if settings_file.exists() else None
+    if earlier and (differing := settings_not_resumable(earlier, settings)):
         raise ConfigError(
             f"{output_dir} holds an evaluation with other settings ({', '.join(differing)}):"
             " choose another --output_dir"
