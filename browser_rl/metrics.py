@@ -142,6 +142,13 @@ def weakest_task(logs: dict) -> str:
     return f" (weakest {task} {100 * success[task]:.0f}%)"
 
 
+def skipped_training(logs: dict) -> str:
+    """The step line's "(75% of micro-batches skipped: no advantage)": the share of the step's micro-batches that the
+    trainer did not run forward and backward, their episodes' advantages all zero (browser_rl.trainer)."""
+    skipped = logs.get("training/skipped_share")
+    return f" ({100 * skipped:.0f}% of micro-batches skipped: no advantage)" if skipped else ""
+
+
 def environment_cost(logs: dict) -> str:
     """| environment 0.05 CPU-s/episode, 96% restarted in the page: what the servers report of their CPU, and the
     share of resets that restarted in a loaded page."""
@@ -176,7 +183,7 @@ class StepPrinter(TrainerCallback):
         logs = with_training_time(logs)
         log.info(
             "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
-            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s",
+            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s%s",
             state.global_step,
             state.max_steps,
             100 * logs.get("episodes/success_rate", float("nan")),
@@ -192,6 +199,7 @@ class StepPrinter(TrainerCallback):
             logs.get("time/generation_s", float("nan")),
             logs.get("time/environment_s", float("nan")),
             logs.get("time/training_s", float("nan")),
+            skipped_training(logs),
             environment_cost(logs),
         )
 

@@ -1,6 +1,6 @@
 """The recipe's GRPOTrainer: TRL's, whose optimizer steps may be SFT phases on the run's own successes
-(browser_rl.sft_phases), and whose checkpoint is whole, with its episode settings and phase state, once its
-trainer_state.json is written, on any number of ranks."""
+(browser_rl.sft_phases), which runs no episode forward and backward that cannot move the weights, and whose checkpoint
+is whole, with its episode settings and phase state, once its trainer_state.json is written, on any number of ranks."""
 
 from pathlib import Path
 
@@ -29,13 +29,37 @@ class RecipeTrainer(GRPOTrainer):
         self._micro_batches += 1
         if micro_batch == 0:
             self._phase_step = self.phases.in_phase(self.state.global_step)
+            self._step_entropy_from = len(self._metrics["train"]["entropy"])
         if self._phase_step:
             return self._sft_phase_step(model, micro_batch)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._micro_batches % self.current_gradient_accumulation_steps == 0:
-            step_entropy = self._metrics["train"]["entropy"][-self.current_gradient_accumulation_steps :]
+            step_entropy = self._metrics["train"]["entropy"][self._step_entropy_from :]
             self.phases.grpo_step_done(sum(step_entropy) / len(step_entropy) if step_entropy else None)
         return loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        skipped = self._moves_no_weight(inputs)
+        self._metrics["train"]["training/skipped_share"].append(float(skipped))
+        if skipped:
+            # A loss with nothing behind it: the trainer's backward adds nothing to the step's gradients.
+            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    def _moves_no_weight(self, inputs) -> bool:
+        """Whether this micro-batch's gradient is zero, known before its forward pass. Each of TRL's GRPO losses
+        scales an episode's terms by its advantage, so episodes whose advantages are all zero (their groups all
+        solved, or all failed) add nothing, unless a KL penalty (beta) or an auxiliary loss stands beside them. Once
+        a warm-up solves most of its tasks, such episodes were most of a CPU step's training time (docs/real_model.md).
+        Run anyway: on several ranks, where the gradients' all-reduce needs every rank's backward, and when an SFT
+        phase waits on the entropy that their forward measures."""
+        return (
+            self.accelerator.num_processes == 1
+            and self.beta == 0.0
+            and not self.aux_loss_enabled
+            and not (self.phases.enabled and self.phases.entropy_below)
+            and not inputs["advantages"].any()
+        )
 
     def _sft_phase_step(self, model, micro_batch: int) -> torch.Tensor:
         model.train()

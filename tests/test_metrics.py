@@ -1,7 +1,14 @@
 """What a run reports about itself: the step line's weakest task, where success started and ended, the environment's
-cost, and success per BrowserGym split."""
+cost, the share of training skipped, and success per BrowserGym split."""
 
-from browser_rl.metrics import breakdown, environment_cost, episode_metrics, success_trend, weakest_task
+from browser_rl.metrics import (
+    breakdown,
+    environment_cost,
+    episode_metrics,
+    skipped_training,
+    success_trend,
+    weakest_task,
+)
 from browser_rl.rollout import Episode
 from browser_rl.tasks import PRESETS
 
@@ -33,6 +40,12 @@ def test_the_step_line_says_what_the_environment_spent_and_how_many_resets_resta
     logs["environment/cpu_s_per_episode"] = 0.0912
     assert environment_cost(logs) == " | environment 0.091 CPU-s/episode, 75% restarted in the page"
     assert environment_cost({}) == ""
+
+
+def test_the_step_line_says_what_share_of_its_training_was_skipped_for_want_of_an_advantage():
+    assert skipped_training({"training/skipped_share": 0.75}) == " (75% of micro-batches skipped: no advantage)"
+    assert skipped_training({"training/skipped_share": 0.0}) == ""
+    assert skipped_training({}) == ""  # an SFT phase's step, or several ranks
 
 
 def test_a_step_of_several_tasks_reports_success_on_each_of_browsergym_s_splits():

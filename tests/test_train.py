@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM
 import train
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
+from browser_rl.trainer import RecipeTrainer
 from env_client import LocalEnvServer
 from helpers import FAST, ROOT, alive, lines_of, parse_config, process_tree, train_command
 
@@ -154,6 +155,39 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
     while any(alive(pid) for pid in server_tree) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in server_tree if alive(pid)]
+
+
+def test_episodes_whose_group_agrees_are_not_run_and_the_step_moves_the_weights_as_if_they_were(
+    half_right_model, env_server, tmp_path, monkeypatch
+):
+    """Four groups of four one-action episodes, one a micro-batch. A group whose four episodes got the same reward
+    has no advantage and adds nothing to the gradient, so its micro-batches are not run forward; the step's weights
+    are those of the same step with every micro-batch run."""
+    from trl import GRPOTrainer
+
+    forward = GRPOTrainer._compute_loss
+    runs = []
+    monkeypatch.setattr(GRPOTrainer, "_compute_loss", lambda self, *a: runs.append(1) or forward(self, *a))
+    one_step = ("--max_turns", "1", "--num_generations", "4", "--per_device_train_batch_size", "1")
+    one_step += ("--gradient_accumulation_steps", "16", "--max_steps", "1", "--lockstep", "true")
+
+    def step(output_dir):
+        runs.clear()
+        model_and_server = ("--model_name_or_path", half_right_model, "--env_url", env_server.url)
+        train.main(*parse_config("configs/smoke.yaml", *model_and_server, "--output_dir", str(output_dir), *one_step))
+        [logged] = [m for m in read_metrics(output_dir / METRICS_FILE) if "reward" in m]
+        return logged, len(runs), AutoModelForCausalLM.from_pretrained(output_dir).state_dict()
+
+    skipping, run_skipping, weights_skipping = step(tmp_path / "skipping")
+    monkeypatch.setattr(RecipeTrainer, "_moves_no_weight", lambda self, inputs: False)
+    every, run_every, weights_every = step(tmp_path / "every")
+
+    assert skipping["reward"] == every["reward"]  # the same episodes
+    assert 0 < skipping["groups/same_reward_share"] < 1  # groups of both kinds
+    assert skipping["training/skipped_share"] == skipping["groups/same_reward_share"]
+    assert run_skipping == 16 * (1 - skipping["groups/same_reward_share"]) and run_every == 16
+    for name, weight in weights_every.items():
+        torch.testing.assert_close(weights_skipping[name], weight, rtol=0, atol=0, msg=name)
 
 
 def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_server, tmp_path):
