@@ -12,10 +12,11 @@ from browser_rl.sft_phases import SftPhases, reply_loss
 
 
 class RecipeTrainer(GRPOTrainer):
-    """GRPOTrainer with SFT phases and whole checkpoints. It relies on three of TRL's and transformers' private
-    seams (pyproject.toml lists them; tests/test_seams.py checks each): the metric buffer `_metrics`, which a phase
-    step logs into and the GRPO steps' entropy is read from, and `_save_rng_state` / `_load_rng_state`, the last
-    things a rank writes into a checkpoint and the first it reads back."""
+    """GRPOTrainer with SFT phases, no training on episodes without an advantage, and whole checkpoints. It relies
+    on four of TRL's and transformers' private seams (pyproject.toml lists them; tests/test_seams.py checks each): the
+    metric buffer `_metrics`, which a phase step logs into and the GRPO steps' entropy is read from, the loss types
+    of `_compute_loss`, each scaled by the advantage, and `_save_rng_state` / `_load_rng_state`, the last things a
+    rank writes into a checkpoint and the first it reads back."""
 
     def __init__(self, *args, phases: SftPhases, episode_settings: EpisodeSettings, **kwargs):
         super().__init__(*args, **kwargs)
