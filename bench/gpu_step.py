@@ -113,7 +113,7 @@ def build_policy(directory: Path, tiny: bool) -> str:
 
 
 class StepTimes(TrainerCallback):
-    """Each logged step's generation and training seconds."""
+    """Each logged step's generation and training seconds, every micro-batch trained."""
 
     def __init__(self):
         self.steps = []
@@ -122,6 +122,7 @@ class StepTimes(TrainerCallback):
         if logs and "time/generation_s" in logs:
             logs = with_training_time(logs)
             self.steps.append({"generation_s": logs["time/generation_s"], "training_s": logs["time/training_s"]})
+            assert not logs.get("training/skipped_share"), "a micro-batch went untrained: not the longest step"
 
 
 def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> dict:
@@ -129,6 +130,11 @@ def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> d
     sys.path.insert(0, str(ROOT))  # train.py is the checkout's command, beside bench/, not an installed module
     import train  # here, in each setup's process: the process that starts them has no use for TRL's import
     from browser_rl.command_line import parse_command_line
+    from browser_rl.trainer import RecipeTrainer
+
+    # Random weights solve nothing, so every advantage is zero and the trainer would run none of the step's
+    # micro-batches: run them all, as a step whose every episode has an advantage, the most a step costs.
+    RecipeTrainer._moves_no_weight = lambda self, inputs: False
 
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch:

@@ -40,10 +40,15 @@ ROWS = [
     ("LoRA (not kept)", LORA, "now"),
     ("vLLM's CPU engine (not kept)", ["--use_vllm", "true", "--vllm_on_cpu", "true"], "now"),
 ]
-TRL_HEAD = (
-    "import sys, train; train.score_only_the_replies_on_cpu = lambda: None; sys.argv[0] = 'train.py'; "
-    "train.run_from_command_line()"
+# The zero-shot model solves nothing, so every advantage is zero and the trainer would run none of the step's
+# micro-batches (browser_rl.trainer): this checkout's rows run them all, as a step whose every episode has an
+# advantage, to measure what such a step costs.
+EVERY_MICRO_BATCH = (
+    "from browser_rl.trainer import RecipeTrainer; RecipeTrainer._moves_no_weight = lambda self, inputs: False; "
+    "import sys, train; sys.argv[0] = 'train.py'; "
 )
+NOW = EVERY_MICRO_BATCH + "train.run_from_command_line()"
+TRL_HEAD = EVERY_MICRO_BATCH + "train.score_only_the_replies_on_cpu = lambda: None; train.run_from_command_line()"
 
 
 def peak_rss(process: subprocess.Popen, peak: list[float]) -> None:
@@ -59,7 +64,7 @@ def peak_rss(process: subprocess.Popen, peak: list[float]) -> None:
 
 def run_row(checkout: Path, code: str, model: str, overrides: list[str], steps: int, scratch: Path, log) -> dict:
     output_dir = scratch / "run"
-    train = ["-c", TRL_HEAD] if code == "trl head" else ["train.py"]
+    train = {"before": ["train.py"], "trl head": ["-c", TRL_HEAD], "now": ["-c", NOW]}[code]
     command = [sys.executable, *train, "--config", str(CONFIG), "--model_name_or_path", model]
     command += ["--max_steps", str(steps), "--save_steps", "1000", "--output_dir", str(output_dir), *overrides]
     start, peak = time.perf_counter(), [0.0]

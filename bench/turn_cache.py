@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.generation import TurnCachedGeneration, load_policy, model_generate
+from browser_rl.generation import cached_generate, load_policy, model_generate
 from browser_rl.rollout import EpisodeRunner, sampling
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
@@ -61,7 +61,7 @@ def main() -> None:
         try:
             whole = model_generate(model, tokenizer, 0, args.max_new_tokens)
             batched_s, batched = play(runner, instances, "batched generate", whole, max_context_tokens)
-            cached = TurnCachedGeneration(model, tokenizer, 0, args.max_new_tokens)
+            cached = cached_generate(model, tokenizer, 0, args.max_new_tokens)
             cached_s, with_cache = play(runner, instances, "turn cache", cached, max_context_tokens)
         finally:
             runner.close()

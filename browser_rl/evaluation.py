@@ -35,7 +35,7 @@ import torch
 from browser_rl import episode_settings
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.generation import TurnCachedGeneration, load_policy
+from browser_rl.generation import cached_generate, load_policy
 from browser_rl.gguf import as_checkpoint, is_gguf
 from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
@@ -252,7 +252,7 @@ def run_episodes(
         for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
             traced = args.traces is not None
             # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
-            policy = sampling(TurnCachedGeneration(model, tokenizer, args.temperature, args.max_new_tokens))
+            policy = sampling(cached_generate(model, tokenizer, args.temperature, args.max_new_tokens))
             for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures, traced):
                 if traced:
                     keep_trace(args, len(records), episode, runner.settings.max_page_chars)

@@ -128,29 +128,28 @@ def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) ->
 
 
 class TurnCachedGeneration:
-    """Sampling from a loaded policy, each context on its own, keeping the key/value cache of each from the last call.
+    """Sampling each context on its own, keeping the key/value cache of each from the last call.
 
     An episode's next context extends its last one (the reply and the next page appended), so its next turn
     prefills only the new tokens, where a batched `generate` prefills the whole stream again: on a 10-turn episode,
     about six times the tokens (docs/real_model.md). A context goes on from the cache whose tokens it begins with,
     and takes it; the caches of episodes that ended stay until this object goes, so make one for a batch of
-    episodes. The weights must not change meanwhile (an evaluation's policy, not a training step's)."""
+    episodes whose weights do not change meanwhile: an evaluation's batch, or a training step's rollout."""
 
-    def __init__(self, model, tokenizer, temperature: float, max_new_tokens: int):
-        self.model = model
+    def __init__(self, generation_config: GenerationConfig, eos_token_ids: list[int], temperature: float):
         self.temperature = temperature
-        self.eos_token_ids = end_of_turn_ids(model, tokenizer)
-        self.config = policy_generation_config(tokenizer, self.eos_token_ids, temperature, max_new_tokens)
+        self.eos_token_ids = eos_token_ids
+        self.config = copy.deepcopy(generation_config)
         self.config.update(output_logits=True, return_dict_in_generate=True)
         self.caches: list[tuple[list[int], Cache]] = []  # the tokens each cache holds, and the cache
 
-    def __call__(self, contexts: list[list[int]]) -> list[Reply]:
-        return [self._continue(context) for context in contexts]
+    def replies(self, model, contexts: list[list[int]]) -> list[Reply]:
+        return [self._continue(model, context) for context in contexts]
 
-    def _continue(self, context: list[int]) -> Reply:
-        input_ids = torch.tensor([context], device=self.model.device)
+    def _continue(self, model, context: list[int]) -> Reply:
+        input_ids = torch.tensor([context], device=model.device)
         with torch.no_grad():
-            out = self.model.generate(
+            out = model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 cache=self._cache_of(context),
@@ -169,21 +168,30 @@ class TurnCachedGeneration:
         return None
 
 
+def cached_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:
+    """Sampling from a loaded policy at `temperature` (0: greedy), each episode going on from its cache of its
+    last turn (TurnCachedGeneration): make one for a batch of episodes."""
+    eos_token_ids = end_of_turn_ids(model, tokenizer)
+    config = policy_generation_config(tokenizer, eos_token_ids, temperature, max_new_tokens)
+    cached = TurnCachedGeneration(config, eos_token_ids, temperature)
+    return lambda contexts: cached.replies(model, contexts)
+
+
 def trainer_generate(trainer: GRPOTrainer) -> GenerateFn:
     """The trainer's own sampling: its colocated vLLM engine, or the training model itself."""
     return vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer)
 
 
 def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
-    """Batched sampling with the training model, at the trainer's generation settings."""
+    """Sampling with the training model at the trainer's generation settings, each episode going on from its cache
+    of its last turn (TurnCachedGeneration): a rollout makes one, and the weights do not change during it."""
+    cached = TurnCachedGeneration(trainer.generation_config, trainer.eos_token_ids, trainer.temperature)
 
     def generate(contexts: list[list[int]]) -> list[Reply]:
         with unwrap_model_for_generation(
             trainer.model_wrapped, trainer.accelerator, generation_kwargs=trainer.generation_kwargs
         ) as model:
-            pad_token_id = trainer.processing_class.pad_token_id
-            config = trainer.generation_config
-            return sample_replies(model, contexts, config, pad_token_id, trainer.eos_token_ids, trainer.temperature)
+            return cached.replies(model, contexts)
 
     return generate
 

@@ -30,12 +30,13 @@ class RecipeTrainer(GRPOTrainer):
         self._micro_batches += 1
         if micro_batch == 0:
             self._phase_step = self.phases.in_phase(self.state.global_step)
-            self._step_entropy_from = len(self._metrics["train"]["entropy"])
+            self._step_entropy_from = len(self._metrics["train"].get("entropy", []))
         if self._phase_step:
             return self._sft_phase_step(model, micro_batch)
         loss = super().training_step(model, inputs, num_items_in_batch)
         if self._micro_batches % self.current_gradient_accumulation_steps == 0:
-            step_entropy = self._metrics["train"]["entropy"][self._step_entropy_from :]
+            # `get`: a step whose every micro-batch was skipped has no entropy, which a key made here would log as None.
+            step_entropy = self._metrics["train"].get("entropy", [])[self._step_entropy_from :]
             self.phases.grpo_step_done(sum(step_entropy) / len(step_entropy) if step_entropy else None)
         return loss
 

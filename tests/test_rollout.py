@@ -11,7 +11,7 @@ import torch
 from browser_rl import rollout
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure
-from browser_rl.generation import Reply, TurnCachedGeneration, load_policy, model_generate, written
+from browser_rl.generation import Reply, cached_generate, load_policy, model_generate, written
 from browser_rl.rollout import EpisodeRunner, sampling
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
@@ -204,7 +204,7 @@ def test_a_server_failing_while_an_episode_waits_for_the_next_batch_fails_the_ru
 def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_reply_as_a_whole_prefill_does(
     env_server, tiny_model
 ):
-    # evaluate.py's generation (TurnCachedGeneration) against one batched generate a turn over the whole streams.
+    # evaluate.py's generation (cached_generate) against one batched generate a turn over the whole streams.
     model, tokenizer = load_policy(tiny_model)
     fed = []  # the tokens of each forward pass: a prefill, or one sampled token
     model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
@@ -225,7 +225,7 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
         whole = runner.run(instances, recording(model_generate(model, tokenizer, 0, 8)))
         contexts.clear()
         fed.clear()
-        cached = runner.run(instances, recording(TurnCachedGeneration(model, tokenizer, 0, 8)))
+        cached = runner.run(instances, recording(cached_generate(model, tokenizer, 0, 8)))
     finally:
         runner.close()
 
@@ -244,7 +244,7 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
 
 def test_each_context_goes_on_from_its_own_episodes_cache_in_whatever_order_the_episodes_come(tiny_model):
     model, tokenizer = load_policy(tiny_model)
-    cached, whole = TurnCachedGeneration(model, tokenizer, 0, 8), model_generate(model, tokenizer, 0, 8)
+    cached, whole = cached_generate(model, tokenizer, 0, 8), model_generate(model, tokenizer, 0, 8)
     contexts = [tokenizer.encode(f"<|im_start|>user\nepisode {i}: {'page ' * i}<|im_end|>\n") for i in range(3)]
     for _ in range(2):
         replies, expected = cached(contexts), whole(contexts)

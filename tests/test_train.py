@@ -1,6 +1,7 @@
 """Real GRPO steps on the CPU: the tiny LFM2 against a real environment server."""
 
 import json
+import logging
 import math
 import re
 import signal
@@ -160,15 +161,15 @@ def test_a_local_server_whose_trainer_is_killed_stops_with_its_browsers():
 def test_episodes_whose_group_agrees_are_not_run_and_the_step_moves_the_weights_as_if_they_were(
     half_right_model, env_server, tmp_path, monkeypatch
 ):
-    """Four groups of four one-action episodes, one a micro-batch. A group whose four episodes got the same reward
-    has no advantage and adds nothing to the gradient, so its micro-batches are not run forward; the step's weights
-    are those of the same step with every micro-batch run."""
+    """Eight groups of two one-action episodes, one a micro-batch. A group whose episodes got the same reward (about
+    half of them: the model is right half the time) has no advantage and adds nothing to the gradient, so its
+    micro-batches are not run forward; the step's weights are those of the same step with every micro-batch run."""
     from trl import GRPOTrainer
 
     forward = GRPOTrainer._compute_loss
     runs = []
     monkeypatch.setattr(GRPOTrainer, "_compute_loss", lambda self, *a: runs.append(1) or forward(self, *a))
-    one_step = ("--max_turns", "1", "--num_generations", "4", "--per_device_train_batch_size", "1")
+    one_step = ("--max_turns", "1", "--num_generations", "2", "--per_device_train_batch_size", "1")
     one_step += ("--gradient_accumulation_steps", "16", "--max_steps", "1", "--lockstep", "true")
 
     def step(output_dir):
@@ -188,6 +189,17 @@ def test_episodes_whose_group_agrees_are_not_run_and_the_step_moves_the_weights_
     assert run_skipping == 16 * (1 - skipping["groups/same_reward_share"]) and run_every == 16
     for name, weight in weights_every.items():
         torch.testing.assert_close(weights_skipping[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_a_step_whose_every_group_agrees_trains_on_nothing_and_still_logs_its_line(
+    tiny_model, env_server, tmp_path, caplog
+):
+    """The random tiny model never solves click-test: every reward is 0, every micro-batch skipped."""
+    caplog.set_level(logging.INFO, logger="train")
+    run_training(tiny_model, env_server.url, tmp_path)
+    lines = [r.getMessage() for r in caplog.records if r.name == "train" and " | reward " in r.getMessage()]
+    assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
+    assert all("entropy nan" in line and "(100% of micro-batches skipped: no advantage)" in line for line in lines)
 
 
 def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_server, tmp_path):
