@@ -44,8 +44,9 @@ class RecipeTrainer(GRPOTrainer):
         skipped = self._moves_no_weight(inputs)
         self._metrics["train"]["training/skipped_share"].append(float(skipped))
         if skipped:
-            # A loss with nothing behind it: the trainer's backward adds nothing to the step's gradients.
-            return torch.zeros((), device=self.accelerator.device, requires_grad=True)
+            # Zero gradients, as the full pass gives, rather than none: on a step that trains on nothing the optimizer
+            # then steps as it would have (AdamW's momentum moves the weights on a zero gradient too).
+            return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def _moves_no_weight(self, inputs) -> bool:

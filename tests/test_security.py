@@ -121,10 +121,15 @@ def test_a_frame_that_is_no_message_at_all_ends_only_its_own_session(env_server,
 
 
 def start_both_browsers(server) -> None:
-    """Browsers start with the first session assigned to them; two sessions at once start two."""
-    with BrowserGymEnv(base_url=server.url).sync() as first, BrowserGymEnv(base_url=server.url).sync() as second:
-        first.reset(seed=0)
-        second.reset(seed=0)
+    """Browsers start with the first session assigned to them; two sessions at once start two. Both resets go at
+    once: a session that waited for the other's (a browser starting) would sit idle, past a server's short
+    --idle_timeout_s on a busy machine."""
+
+    async def both():
+        async with BrowserGymEnv(base_url=server.url) as first, BrowserGymEnv(base_url=server.url) as second:
+            await asyncio.gather(first.reset(seed=0), second.reset(seed=0))
+
+    asyncio.run(both())
 
 
 def test_hostile_sessions_leave_no_browser_processes_behind(env_server):

@@ -200,6 +200,9 @@ def test_a_step_whose_every_group_agrees_trains_on_nothing_and_still_logs_its_li
     lines = [r.getMessage() for r in caplog.records if r.name == "train" and " | reward " in r.getMessage()]
     assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
     assert all("entropy nan" in line and "(100% of micro-batches skipped: no advantage)" in line for line in lines)
+    # The optimizer stepped on zero gradients, as it does when every micro-batch is run: its state counts both steps.
+    optimizer = torch.load(tmp_path / "checkpoint-2" / "optimizer.pt", weights_only=False)
+    assert {int(state["step"]) for state in optimizer["state"].values()} == {2}
 
 
 def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_server, tmp_path):
