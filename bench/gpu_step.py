@@ -134,7 +134,7 @@ def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> d
 
     # Random weights solve nothing, so every advantage is zero and the trainer would run none of the step's
     # micro-batches: run them all, as a step whose every episode has an advantage, the most a step costs.
-    RecipeTrainer._moves_no_weight = lambda self, inputs: False
+    RecipeTrainer._adds_no_gradient = lambda self, inputs: False
 
     cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as scratch:

@@ -44,7 +44,7 @@ ROWS = [
 # micro-batches (browser_rl.trainer): this checkout's rows run them all, as a step whose every episode has an
 # advantage, to measure what such a step costs.
 EVERY_MICRO_BATCH = (
-    "from browser_rl.trainer import RecipeTrainer; RecipeTrainer._moves_no_weight = lambda self, inputs: False; "
+    "from browser_rl.trainer import RecipeTrainer; RecipeTrainer._adds_no_gradient = lambda self, inputs: False; "
     "import sys, train; sys.argv[0] = 'train.py'; "
 )
 NOW = EVERY_MICRO_BATCH + "train.run_from_command_line()"

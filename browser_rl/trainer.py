@@ -1,6 +1,7 @@
 """The recipe's GRPOTrainer: TRL's, whose optimizer steps may be SFT phases on the run's own successes
-(browser_rl.sft_phases), which runs no episode forward and backward that cannot move the weights, and whose checkpoint
-is whole, with its episode settings and phase state, once its trainer_state.json is written, on any number of ranks."""
+(browser_rl.sft_phases), which runs no episode forward and backward that adds nothing to the gradient, and whose
+checkpoint is whole, with its episode settings and phase state, once its trainer_state.json is written, on any
+number of ranks."""
 
 from pathlib import Path
 
@@ -41,7 +42,7 @@ class RecipeTrainer(GRPOTrainer):
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        skipped = self._moves_no_weight(inputs)
+        skipped = self._adds_no_gradient(inputs)
         self._metrics["train"]["training/skipped_share"].append(float(skipped))
         if skipped:
             # Zero gradients, as the full pass gives, rather than none: on a step that trains on nothing the optimizer
@@ -49,7 +50,7 @@ class RecipeTrainer(GRPOTrainer):
             return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
         return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    def _moves_no_weight(self, inputs) -> bool:
+    def _adds_no_gradient(self, inputs) -> bool:
         """Whether this micro-batch's gradient is zero, known before its forward pass. Each of TRL's GRPO losses
         scales an episode's terms by its advantage, so episodes whose advantages are all zero (their groups all
         solved, or all failed) add nothing, unless a KL penalty (beta) or an auxiliary loss stands beside them. Once

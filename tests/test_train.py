@@ -180,7 +180,7 @@ def test_episodes_whose_group_agrees_are_not_run_and_the_step_moves_the_weights_
         return logged, len(runs), AutoModelForCausalLM.from_pretrained(output_dir).state_dict()
 
     skipping, run_skipping, weights_skipping = step(tmp_path / "skipping")
-    monkeypatch.setattr(RecipeTrainer, "_moves_no_weight", lambda self, inputs: False)
+    monkeypatch.setattr(RecipeTrainer, "_adds_no_gradient", lambda self, inputs: False)
     every, run_every, weights_every = step(tmp_path / "every")
 
     assert skipping["reward"] == every["reward"]  # the same episodes
