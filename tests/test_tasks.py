@@ -61,6 +61,25 @@ def test_without_the_curriculum_tasks_are_drawn_by_weight_alone():
     assert drawn["click-test"] / 4000 == pytest.approx(0.75, abs=0.03)
 
 
+def test_a_short_run_plays_every_task_its_share_give_or_take_one():
+    tasks = [f"task-{i}" for i in range(20)]
+    sampler = TaskSampler(dict.fromkeys(tasks, 1.0), curriculum=True, seed=1)
+    groups = []
+    for step in range(10):  # 4 groups of 4 episodes a step
+        prompts = [f"seed {4 * step + group}" for group in range(4) for _ in range(4)]
+        seed_of_prompt = {prompt: int(prompt.split()[1]) for prompt in prompts}
+        groups += task_instances(prompts, prompts, seed_of_prompt, sampler)[::4]
+    drawn = [task for task, _ in groups]
+    assert collections.Counter(drawn) == dict.fromkeys(tasks, 2)
+    assert drawn[:20] != sorted(drawn[:20])  # the seed orders a round, not the config
+
+    weighted = TaskSampler({"click-test": 3.0, "enter-text": 1.0}, curriculum=False, seed=2)
+    for n in range(1, 41):
+        weighted.draw()
+        played = collections.Counter(weighted.draw() for _ in range(n))
+        assert abs(played["enter-text"] - n / 4) <= 1, (n, played)
+
+
 def test_the_curriculum_favours_tasks_whose_groups_disagree_and_starves_none():
     sampler = TaskSampler(dict.fromkeys(["mastered", "half", "hopeless"], 1.0), curriculum=True)
     assert len(set(sampler.probabilities().values())) == 1  # nothing known yet: uniform
