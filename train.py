@@ -196,6 +196,7 @@ def build_trainer(
         ),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
         phases=sft_phases,
+        sampler=sampler,
         episode_settings=runner.settings,
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric

@@ -12,7 +12,9 @@ run of 40 groups, two of them the forms it then forgot: docs/real_model.md).
 """
 
 import functools
+import json
 import random
+from pathlib import Path
 
 from web_env import task_modules
 from web_env.models import MINIWOB_TASKS
@@ -30,6 +32,7 @@ PRESETS = {
 # families of similar tasks, so that the test tasks are unseen families, not unseen seeds of trained ones.
 SPLIT_PRESETS = {"browsergym-train": "train", "browsergym-test": "test"}
 PRESET_NAMES = [*PRESETS, *SPLIT_PRESETS]
+STATE_FILE = "task_sampler.json"  # in each checkpoint, so that a resumed run draws on as the uninterrupted one
 # p(1 - p) is at most 0.25 (at 50%); floored at 0.05, a task is drawn at least a fifth as often as that.
 CURRICULUM_FLOOR = 0.05
 SUCCESS_SMOOTHING = 0.8  # each new batch of a task's episodes moves its running success rate by a fifth
@@ -146,3 +149,14 @@ class TaskSampler:
     def update(self, task: str, solved: list[bool]) -> None:
         rate = sum(solved) / len(solved)
         self.success[task] = SUCCESS_SMOOTHING * self.success[task] + (1 - SUCCESS_SMOOTHING) * rate
+
+    def save(self, directory: str | Path) -> None:
+        (Path(directory) / STATE_FILE).write_text(json.dumps({"success": self.success, "owed": self._owed}))
+
+    def load(self, directory: str | Path) -> None:
+        """The state a checkpoint saved, if it saved one (checkpoints written before the sampler's state was kept
+        did not: such a run draws afresh)."""
+        path = Path(directory) / STATE_FILE
+        if path.exists():
+            saved = json.loads(path.read_text())
+            self.success, self._owed = saved["success"], saved["owed"]

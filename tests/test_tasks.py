@@ -80,6 +80,18 @@ def test_a_short_run_plays_every_task_its_share_give_or_take_one():
         assert abs(played["enter-text"] - n / 4) <= 1, (n, played)
 
 
+def test_a_sampler_loaded_from_a_checkpoint_draws_on_as_the_one_that_saved_it(tmp_path):
+    tasks = dict.fromkeys(["click-test", "enter-text", "login-user"], 1.0)
+    running = TaskSampler(tasks, curriculum=True, seed=4)
+    for _ in range(5):
+        running.update(running.draw(), [True, False, False, False])
+    running.save(tmp_path)
+    resumed = TaskSampler(tasks, curriculum=True, seed=9)  # a seed of its own: only what was saved can agree
+    resumed.load(tmp_path)
+    assert resumed.probabilities() == running.probabilities()
+    assert [resumed.draw() for _ in range(12)] == [running.draw() for _ in range(12)]
+
+
 def test_the_curriculum_favours_tasks_whose_groups_disagree_and_starves_none():
     sampler = TaskSampler(dict.fromkeys(["mastered", "half", "hopeless"], 1.0), curriculum=True)
     assert len(set(sampler.probabilities().values())) == 1  # nothing known yet: uniform

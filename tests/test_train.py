@@ -4,6 +4,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,6 +223,25 @@ def test_a_run_on_several_tasks_reports_each_to_the_tracker(tiny_model, env_serv
         if "reward" in row:
             shares = [row[f"tasks/{task}/probability"] for task in tasks]
             assert math.isclose(sum(shares), 1.0) and 0.0 <= row["groups/same_reward_share"] <= 1.0
+
+
+def test_a_resumed_run_draws_the_tasks_the_uninterrupted_run_drew(tiny_model, env_server, tmp_path):
+    """Three tasks, two groups a step: which tasks step 2 plays depends on what step 1 drew, which the checkpoint
+    between them must keep (a sampler started afresh would draw step 1's tasks again)."""
+    tasks = ("--tasks", "click-test", "click-button", "focus-text", "--curriculum", "true")
+    run_training(tiny_model, env_server.url, tmp_path / "whole", *tasks)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "whole" / "checkpoint-1", resumed / "checkpoint-1")
+    run_training(tiny_model, env_server.url, resumed, *tasks)  # resumes from its last checkpoint
+
+    def step_2(run):
+        [row] = [row for row in read_metrics(run / METRICS_FILE) if row.get("step") == 2 and "reward" in row]
+        played = {key.split("/")[1] for key in row if key.startswith("tasks/") and key.endswith("/success_rate")}
+        return played, {key: value for key, value in row.items() if key.endswith("/probability")}
+
+    played, probabilities = step_2(tmp_path / "whole")
+    assert len(played) == 2
+    assert step_2(resumed) == (played, probabilities)
 
 
 def test_on_the_cpu_the_lm_head_projects_the_replies_alone_to_the_same_log_probs_and_gradients(tiny_model, monkeypatch):
