@@ -238,6 +238,12 @@ def main(
     if missing := missing_model(model):
         raise ConfigError(f"model_name_or_path: {missing}")
     model = model_args.model_name_or_path = as_checkpoint(model)  # a .gguf file: its ordinary checkpoint
+    named = training_args.resume_from_checkpoint
+    if named and not os.path.isdir(named):
+        raise ConfigError(
+            f"resume_from_checkpoint: no checkpoint directory at {named!r}; without the option a run resumes from "
+            "the last checkpoint in its output_dir"
+        )
     # A run continues from the last complete checkpoint in its output directory: rerunning the command after a crash,
     # a kill or a preemption resumes it. A new output_dir starts afresh.
     resume_from = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)

@@ -231,6 +231,20 @@ def test_a_model_path_that_does_not_exist_is_named_with_how_to_make_it(tmp_path)
     assert missing_model(str(tmp_path)) is None
 
 
+def test_a_checkpoint_to_resume_from_that_does_not_exist_says_the_option_is_not_needed(tiny_model, tmp_path):
+    args = parse_config(
+        "configs/smoke.yaml",
+        *("--output_dir", str(tmp_path), "--model_name_or_path", tiny_model),
+        *("--resume_from_checkpoint", "true"),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^resume_from_checkpoint: no checkpoint directory at 'true'; without the option a run resumes from the "
+        r"last checkpoint in its output_dir$",
+    ):
+        train.main(*args)  # before any server starts
+
+
 def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_curriculum():
     tasks, *_, training_args, _ = parse_config("configs/browsergym_train.yaml")
     assert sorted(tasks.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(tasks.tasks) == 1
