@@ -74,7 +74,7 @@ def test_a_short_run_plays_every_task_its_share_give_or_take_one():
     assert drawn[:20] != sorted(drawn[:20])  # the seed orders a round, not the config
 
     weighted = TaskSampler({"click-test": 3.0, "enter-text": 1.0}, curriculum=False, seed=2)
-    for n in range(1, 41):
+    for n in range(1, 41):  # windows of every length from 1 to 40, each starting one draw after the last ended
         weighted.draw()
         played = collections.Counter(weighted.draw() for _ in range(n))
         assert abs(played["enter-text"] - n / 4) <= 1, (n, played)
