@@ -404,7 +404,8 @@ class EpisodeRunner:
             return False
         log.warning(
             "%s seed %d ends unsolved after %d turns: its context of %d tokens leaves no room for a reply "
-            "(at most %d; raise vllm_max_model_length or lower max_turns or max_page_chars)",
+            "(at most %d: the model's context, or vLLM's vllm_max_model_length, less one reply; lower max_turns or "
+            "max_page_chars)",
             episode.task_name,
             episode.seed,
             episode.turns,
