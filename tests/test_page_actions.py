@@ -49,6 +49,8 @@ CASES = {
     "click: label around a checkbox": (["click('15')"], False),
     "click: link over two lines": (["click('17')"], False),
     "click: below the fold": (["click('24')"], False, "?tall"),
+    "click: a drawing (an svg element)": (["click('38')"], False),
+    "click: a shape in a drawing": (["click('39')"], False),
     "click: no such bid": (["click('99')"], True),
     "click: right button": (["click('2', button='right')"], False),
     "dblclick: plain button": (["dblclick('2')"], False),
@@ -181,6 +183,7 @@ def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monk
     for action, seen in [
         ("click('2')", "mousemove plain true"),
         ("dblclick('10')", "dblclick inner true"),
+        ("click('38')", "click dot true"),
         ("hover('11')", "mousemove growing true"),
         ("fill('19', 'typed')", "input text true"),
         ("fill('29', 'typed')", "input notes true"),

@@ -45,8 +45,12 @@ async ([bid, action, events]) => {
   await frame();
   if (!element.isConnected || box() !== first) return null;
   // Playwright aims at the first of DevTools' content quads, which are the element's one box only where it is no
-  // inline box around other boxes (a label around its checkbox gives one quad each) and no SVG shape.
-  if (element instanceof SVGElement || (style.display === "inline" && element.children.length)) return null;
+  // inline box around other boxes (a label around its checkbox gives one quad each) and no SVG shape. A drawing (an
+  // outermost svg element) is one box, replaced as an image is, whatever shapes it holds.
+  const drawing = element instanceof SVGSVGElement && element.ownerSVGElement === null;
+  if (!drawing && (element instanceof SVGElement || (style.display === "inline" && element.children.length))) {
+    return null;
+  }
   const rects = element.getClientRects();
   if (rects.length !== 1 || rects[0].width * rects[0].height <= 0.99) return null;
   const r = rects[0], view = document.documentElement;
