@@ -50,7 +50,6 @@ CASES = {
     "click: link over two lines": (["click('17')"], False),
     "click: below the fold": (["click('24')"], False, "?tall"),
     "click: a drawing (an svg element)": (["click('38')"], False),
-    "click: a shape in a drawing": (["click('39')"], False),
     "click: no such bid": (["click('99')"], True),
     "click: right button": (["click('2', button='right')"], False),
     "dblclick: plain button": (["dblclick('2')"], False),

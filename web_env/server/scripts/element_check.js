@@ -46,7 +46,8 @@ async ([bid, action, events]) => {
   if (!element.isConnected || box() !== first) return null;
   // Playwright aims at the first of DevTools' content quads, which are the element's one box only where it is no
   // inline box around other boxes (a label around its checkbox gives one quad each) and no SVG shape. A drawing (an
-  // outermost svg element) is one box, replaced as an image is, whatever shapes it holds.
+  // outermost svg element) is one box, replaced as an image is, whatever shapes it holds; BrowserGym gives ids to
+  // drawings, not to the shapes in them.
   const drawing = element instanceof SVGSVGElement && element.ownerSVGElement === null;
   if (!drawing && (element instanceof SVGElement || (style.display === "inline" && element.children.length))) {
     return null;
