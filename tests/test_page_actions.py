@@ -244,3 +244,27 @@ def test_a_check_whose_verdict_was_never_read_does_not_stop_the_next_action(brow
     errors, state = browsers[0].play_all(check_without_input_then_act, {"click": (["click('19')"],)})["click"]
     assert errors == [""]
     assert "mousedown text true" in state["seen"] and state["focus"] == "text"
+
+
+@pytest.mark.parametrize(
+    "first, browsergym_runs",
+    [("click('1')", ["click('1')", "click('2')"]), ("click('99')", ["click('99')"])],
+    ids=["after a click Playwright gave up on", "after a click of no element"],
+)
+def test_after_a_pointer_action_playwright_gave_up_on_pointer_actions_run_browsergym_code(
+    browsers, monkeypatch, first, browsergym_runs
+):
+    # Playwright can leave the hit-target check of a click it gave up on (covered: its 500 ms ran out) in the page,
+    # where it would stop the short path's input (page_actions.py); a click of no element never reached Playwright.
+    ran = []
+
+    def browsergym_code_recorded(code, *args, **kwargs):
+        ran.append(code)
+        execute_python_code(code, *args, **kwargs)
+
+    monkeypatch.setattr(page_actions, "execute_python_code", browsergym_code_recorded)
+    actions = [first, "click('2')", "fill('19', 'typed')"]
+    errors, state = browsers[0].play_all(run_action, {"case": (actions,)})["case"]
+    assert errors[0] and errors[1:] == ["", ""]
+    assert ran == [action_code(action) for action in browsergym_runs]
+    assert "click plain true" in state["seen"] and "input text true" in state["seen"]

@@ -22,13 +22,25 @@ hover is put in by Playwright's element call forced past the checks, which waits
 BrowserGym's call does; its deadline is the task's, not the 500 ms that BrowserGym gives its waits for the element,
 which a busy machine ran out of with the action done.
 
+Playwright (1.44) can leave the hit-target check of a pointer action it gave up on in the page: a timeout after the
+check was set up disposes the check's handle before the call that would take the check off is made, and the check stays
+in Playwright's own script world (out of the page's reach, and of a restart's), stopping every later click whose first
+event lands off the element it was set up for, until Playwright's next pointer action replaces it. BrowserGym's code
+acts through Playwright's element calls alone, so a left check never meets it; the short path's input would (a click
+of an accordion's header, after a timed-out click on one still moving, did nothing on a busy machine). So once a
+pointer action by Playwright's element calls has failed in a page, the page is marked (MARK_HIT_CHECK_LEFT): its later
+pointer actions run BrowserGym's code, and the next reset loads the page afresh (scripts/restart.js).
+
 A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
 500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
 (scripts/focus.js).
 """
 
+import contextlib
+
 from browsergym.core.action.base import execute_python_code
 from browsergym.core.action.parsers import highlevel_action_parser
+from playwright.sync_api import Error as PlaywrightError
 
 from web_env.actions import action_code
 from web_env.server.scripts import page_script
@@ -38,6 +50,9 @@ from web_env.server.scripts import page_script
 ELEMENT_CHECK = page_script("element_check.js")
 HIT_VERDICT = page_script("hit_verdict.js")
 FOCUS = page_script("focus.js")
+# The actions whose BrowserGym code puts input in through Playwright's element calls, each with a hit-target check.
+CHECKED_POINTER_ACTIONS = {"click", "dblclick", "hover", "drag_and_drop"}
+MARK_HIT_CHECK_LEFT = "() => { window.__hitCheckLeftByPlaywright = true; }"
 
 # The pointer actions the check serves: the events whose first landing is checked (Playwright's
 # kMouseHitTargetInterceptorEvents and kHoverHitTargetInterceptorEvents), the input, and the locator call
@@ -67,14 +82,26 @@ def run_action(page, action_str: str, short_path: bool = True, may_navigate: boo
     code; `may_navigate`: the page's app may navigate, and a pointer action waits for what it starts); raises what
     BrowserGym raises, and ValueError for an action the allowlist refuses (actions.action_code)."""
     code = action_code(action_str)
-    if not (short_path and acted_in_few_round_trips(page, action_str, may_navigate)):
-        execute_python_code(code, page, send_message_to_user=None, report_infeasible_instructions=None)
+    ((name, args),) = highlevel_action_parser.parse_string(action_str).as_list()
+    try:
+        if not (short_path and acted_in_few_round_trips(page, name, args, may_navigate)):
+            execute_python_code(code, page, send_message_to_user=None, report_infeasible_instructions=None)
+    except PlaywrightError:  # not BrowserGym's ValueError for a missing element: Playwright was never called
+        if name in CHECKED_POINTER_ACTIONS:
+            mark_hit_check_left(page)
+        raise
 
 
-def acted_in_few_round_trips(page, action_str: str, may_navigate: bool = False) -> bool:
+def mark_hit_check_left(page) -> None:
+    """Marks the page as one where Playwright may have left a pointer action's hit-target check (the module's
+    docstring); a page that no longer answers needs no mark, and its own error is the one to report."""
+    with contextlib.suppress(PlaywrightError):
+        page.evaluate(MARK_HIT_CHECK_LEFT)
+
+
+def acted_in_few_round_trips(page, name: str, args: list, may_navigate: bool = False) -> bool:
     """Whether the action was one the check serves and vouched for, and is done; False, with nothing done (or the
     action's events stopped, as Playwright stops them), for BrowserGym's code to run."""
-    ((name, args),) = highlevel_action_parser.parse_string(action_str).as_list()
     # Only the plain call on an element of the main frame; options, or a frame's element, go BrowserGym's way.
     if not args or not all(type(arg) is str for arg in args) or not args[0].isdigit():
         return False
