@@ -5,6 +5,7 @@ same seed gives (aging).
     python bench/restarts.py census                   # every task: restarts in the page, or why it loads afresh
     python bench/restarts.py aging                    # every task, 100 aging episodes, 2 seeds for each prior state
     python bench/restarts.py aging --tasks use-colorwheel ascending-numbers --episodes 30 --seeds 1
+    python bench/restarts.py slowed --task click-collapsible-2 --times 30   # the last action before, on a busy machine
 
 Census: for each task one session loads the task's page, then, for each state an episode can be left in
 (untouched, half done, timed out, played out, roughed up), leaves an episode in it and resets to the task again: the
@@ -20,6 +21,12 @@ page itself (URL, focus, scroll offsets, form values) must be equal. Tasks that 
 as a check of the comparison. It prints a line per task (with the aging resets that loaded afresh, and why) and the
 count, and writes them to `--output` (JSON). Both sessions run in this process, one after the other, on browsers of
 their own; `--workers` tasks at a time.
+
+Slowed: the restart after an episode whose last action ran on a busy machine, made by DevTools' CPU throttling of
+the renderer (`--rate` times slower) for that action alone. `--times` times, the session loads the task afresh,
+leaves an episode played out in it (seed 1011) with its last action slowed, restarts seed 11 and plays it; each
+restarted episode is compared with one fresh load of seed 11. It prints how many differed and how many resets
+restarted in the page (docs/environment.md: a click that ran out of BrowserGym's 500 ms on a moving header).
 """
 
 import argparse
@@ -160,10 +167,11 @@ def age(session: BrowserTaskEnvironment, task: str, episodes: int, actions: int)
     return outcomes
 
 
-def leave(session: BrowserTaskEnvironment, task: str, seed: int, state: str) -> None:
+def leave(session: BrowserTaskEnvironment, task: str, seed: int, state: str, last_slowed: float = 1) -> None:
     """An episode of `task` left in `state`: untouched, half done (one action), timed out (MiniWoB's own end of a
     timed-out episode), played out, or roughed up (a scroll, a long fill of the first text box, and a Tab from the
-    first element, which leaves the document without the focus where nothing after it takes one)."""
+    first element, which leaves the document without the focus where nothing after it takes one); its last action
+    with the renderer `last_slowed` times slower."""
     observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
     actions = fixed_actions(task, observation.goal, observation.axtree_txt, right=False)
     if state == "timed out":
@@ -173,8 +181,15 @@ def leave(session: BrowserTaskEnvironment, task: str, seed: int, state: str) -> 
         first = page[0][0] if page else "1"
         box = next((bid for bid, role, _ in page if role == "textbox"), first)
         actions = ["scroll(0, 400)", f"fill('{box}', '{'long text ' * 20}')", f"press('{first}', 'Tab')"]
-    for action in actions[: {"half done": 1, "timed out": 0, "untouched": 0}.get(state, len(actions))]:
+    played = actions[: {"half done": 1, "timed out": 0, "untouched": 0}.get(state, len(actions))]
+    for n, action in enumerate(played, 1):
+        if n < len(played) or last_slowed == 1:
+            step(session, action)
+            continue
+        devtools = session._worker.call(lambda: session._page.context.new_cdp_session(session._page))
+        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": last_slowed})
         step(session, action)
+        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": 1})
 
 
 def page_state(session: BrowserTaskEnvironment) -> dict:
@@ -335,6 +350,25 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
     return len(equal) == len(results)
 
 
+def slowed(task: str, times: int, rate: float) -> dict:
+    """`times` restarts of `task`'s seed 11, each after a fresh load and an episode played out with its last action
+    slowed `rate` times, against one fresh load of seed 11: how many differed, and how many restarted in the page."""
+    pool = browsers(2)
+    with new_session(pool) as restarting, new_session(pool, reload_every=1) as loading:
+        reference = play_compared(loading, task, 11, right=True)[1]
+        other = next(name for name in sorted(TASK_CLASSES) if name != task)
+        differed = restarted = 0
+        for _ in range(times):
+            restarting.reset(task_name=other, seed=0, fields=FIELDS)  # so that the episode left loads the page
+            leave(restarting, task, 1011, "played out", last_slowed=rate)
+            metadata, episode = play_compared(restarting, task, 11, right=True)
+            restarted += metadata["restarted_in_page"]
+            if episode != reference:
+                differed += 1
+                print(f"differs: {first_difference(episode, reference)}", flush=True)
+    return {"differed": differed, "restarted": restarted, "times": times}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -347,9 +381,20 @@ def main() -> None:
     aging.add_argument("--seeds", type=int, default=2, help="compared seeds per prior state")
     aging.add_argument("--output", default="outputs/restart_aging.json", help="the results as JSON, by task")
     aging.add_argument("--workers", type=int, default=4, help="tasks aged at a time, each on browsers of its own")
+    slow = commands.add_parser("slowed")
+    slow.add_argument("--task", default="click-collapsible-2")
+    slow.add_argument("--times", type=int, default=30, help="restarts compared")
+    slow.add_argument("--rate", type=float, default=20, help="how many times slower the renderer runs the last action")
     args = parser.parse_args()
     if args.command == "census":
         print_census(args.tasks)
+    elif args.command == "slowed":
+        result = slowed(args.task, args.times, args.rate)
+        print(
+            f"{result['differed']} of {result['times']} restarted episodes differ from a fresh load; "
+            f"{result['restarted']} of {result['times']} resets restarted in the page"
+        )
+        sys.exit(1 if result["differed"] else 0)
     elif not print_aging(args.tasks, args.episodes, args.actions, args.seeds, args.output, args.workers):
         sys.exit(1)
 

@@ -26,10 +26,11 @@ Playwright (1.44) can leave the hit-target check of a pointer action it gave up 
 check was set up disposes the check's handle before the call that would take the check off is made, and the check stays
 in Playwright's own script world (out of the page's reach, and of a restart's), stopping every later click whose first
 event lands off the element it was set up for, until Playwright's next pointer action replaces it. BrowserGym's code
-acts through Playwright's element calls alone, so a left check never meets it; the short path's input would (a click
-of an accordion's header, after a timed-out click on one still moving, did nothing on a busy machine). So once a
-pointer action by Playwright's element calls has failed in a page, the page is marked (MARK_HIT_CHECK_LEFT): its later
-pointer actions run BrowserGym's code, and the next reset loads the page afresh (scripts/restart.js).
+acts through Playwright's element calls alone, so a left check never meets it; the short path's input did (a click of
+an accordion's header, after a timed-out click on one still moving, did nothing on a busy machine). So once a pointer
+action by Playwright's element calls has failed in a page, the page is marked (MARK_HIT_CHECK_LEFT), and there a short
+path's input of which no event reached the check's listener (the left check listens before it) is followed by
+Playwright's element call, as a missed hit is: it replaces the left check and acts.
 
 A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
 500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
@@ -128,7 +129,8 @@ def pointed(page, name: str, bid: str, may_navigate: bool) -> bool:
         getattr(page.get_by_test_id(bid), name)(force=True)
     else:
         pointer_input(page.mouse, *point)
-    if not page.evaluate(HIT_VERDICT):  # the page changed under the pointer: Playwright retries, as here
+    # The page changed under the pointer, or a check Playwright left stopped the events: Playwright retries, as here.
+    if not page.evaluate(HIT_VERDICT):
         locator_action(page.get_by_test_id(bid))
     return True
 

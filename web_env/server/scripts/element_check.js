@@ -13,8 +13,6 @@
  * checks no stability and no hit for it.
  */
 async ([bid, action, events]) => {
-  // A pointer action after Playwright may have left a hit-target check in the page meets it (page_actions.py).
-  if (action !== "fill" && window.__hitCheckLeftByPlaywright) return null;
   const found = document.querySelectorAll(`[bid="${CSS.escape(bid)}"]`);
   if (found.length !== 1) return null;
   const element = found[0], editable = element.matches("input, textarea, select") || element.isContentEditable;
@@ -82,7 +80,7 @@ async ([bid, action, events]) => {
   for (const type of events) window.addEventListener(type, listener, { capture: true, passive: false });
   window.__pointerActionVerdict = () => {
     for (const type of events) window.removeEventListener(type, listener, { capture: true });
-    return verdict !== false;
+    return verdict;  // undefined where no event of the action reached the listener
   };
   return [x, y];
 }

@@ -21,9 +21,5 @@
   core.startEpisodeReal();
   const unlike = window.__episode.unlikeFreshLoad();
   if (unlike) return unlike;
-  // Checked last, so that what else the last episode left is said first (it says more about the page).
-  if (window.__hitCheckLeftByPlaywright) {
-    return "a pointer action failed in Playwright, which can leave its hit-target check in the page (page_actions.py)";
-  }
   return [WOB_TASK_READY, core.getUtterance()];
 }
