@@ -183,12 +183,22 @@ def leave(session: BrowserTaskEnvironment, task: str, seed: int, state: str, las
         actions = ["scroll(0, 400)", f"fill('{box}', '{'long text ' * 20}')", f"press('{first}', 'Tab')"]
     played = actions[: {"half done": 1, "timed out": 0, "untouched": 0}.get(state, len(actions))]
     for n, action in enumerate(played, 1):
-        if n < len(played) or last_slowed == 1:
+        with renderer_slowed(session, last_slowed if n == len(played) else 1):
             step(session, action)
-            continue
-        devtools = session._worker.call(lambda: session._page.context.new_cdp_session(session._page))
-        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": last_slowed})
-        step(session, action)
+
+
+@contextlib.contextmanager
+def renderer_slowed(session: BrowserTaskEnvironment, rate: float):
+    """The session's renderer `rate` times slower (DevTools' CPU throttling) for the length of a `with` block, as a
+    busy machine slows it."""
+    if rate == 1:
+        yield
+        return
+    devtools = session._worker.call(lambda: session._page.context.new_cdp_session(session._page))
+    session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": rate})
+    try:
+        yield
+    finally:
         session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": 1})
 
 
