@@ -16,7 +16,8 @@ with its five seeds, at most 10 steps; `--split` keeps one of BrowserGym's two s
 this project's episodes differ from BrowserGym's, the report says so (PROTOCOL_DIFFERENCES).
 
 Episodes are batched so that a session keeps playing one task and restarts in its page. A batch the environment
-failed is played again on fresh sessions; its episodes are never scored.
+failed is played again on fresh sessions; its episodes are never scored. The log says how many episodes are played
+after each batch, and within a batch at most once a minute which turns its episodes are at.
 """
 
 import contextlib
@@ -35,11 +36,11 @@ import torch
 from browser_rl import episode_settings
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.generation import cached_generate, load_policy
+from browser_rl.generation import Reply, cached_generate, load_policy
 from browser_rl.gguf import as_checkpoint, is_gguf
 from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
-from browser_rl.rollout import Episode, EpisodeRunner, sampling
+from browser_rl.rollout import Episode, EpisodeRunner, Policy, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import TaskInstance, browsergym_benchmark, split_of
 from browser_rl.traces import TRACES_DIR, VIEWER_FILE, episode_trace, traced_in_evaluation, write_trace, write_viewer
@@ -51,6 +52,9 @@ log = logging.getLogger("evaluate")
 CHART_FILE = "success.png"
 # BrowserGym's wait after each action before observing (BrowserEnv's pre_observation_delay, 0.5 s).
 BROWSERGYM_SETTLE_MS = 500
+# A batch of long episodes on a slow model plays for many minutes between the per-batch lines: how often it says
+# where it is meanwhile.
+PROGRESS_EVERY_S = 60.0
 # Settings that change how episodes are run, not which ones or how they are played: a resumed evaluation may
 # change them.
 OPERATIONAL = {
@@ -233,6 +237,25 @@ def still_to_play(instances: list[TaskInstance], records: list[dict]) -> list[Ta
     return remaining
 
 
+def reporting_progress(policy: Policy, recorded: int, total: int, batch_size: int, max_turns: int) -> Policy:
+    """The policy, saying at most every PROGRESS_EVERY_S which turns the batch's episodes waiting for it are at."""
+    last = time.monotonic()
+
+    def policy_reporting(episodes: list[Episode]) -> list[Reply]:
+        nonlocal last
+        if time.monotonic() - last >= PROGRESS_EVERY_S:
+            last = time.monotonic()
+            first, furthest = min(e.turns for e in episodes) + 1, max(e.turns for e in episodes) + 1
+            turns = f"{first}" if first == furthest else f"{first}-{furthest}"
+            log.info(
+                "%d/%d episodes; in the batch of %d, replying to %d at turn %s of at most %d",
+                *(recorded, total, batch_size, len(episodes), turns, max_turns),
+            )
+        return policy(episodes)
+
+    return policy_reporting
+
+
 def run_episodes(
     args: EvalArguments,
     runner: EpisodeRunner,
@@ -253,6 +276,7 @@ def run_episodes(
             traced = args.traces is not None
             # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
             policy = sampling(cached_generate(model, tokenizer, args.temperature, args.max_new_tokens))
+            policy = reporting_progress(policy, len(records), len(instances), len(batch), runner.settings.max_turns)
             for episode in runner.run_until_played(batch, policy, max_context_tokens, max_env_failures, traced):
                 if traced:
                     keep_trace(args, len(records), episode, runner.settings.max_page_chars)

@@ -32,6 +32,7 @@ from browser_rl.evaluation import (
     wilson_interval,
 )
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.rollout import Episode
 from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
 
@@ -44,11 +45,22 @@ def test_wilson_interval_matches_the_textbook_values(successes, n, low, high):
     assert wilson_interval(successes, n) == pytest.approx((low, high), abs=1e-4)
 
 
-def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(tiny_model, env_server, tmp_path):
+def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(
+    tiny_model, env_server, tmp_path, monkeypatch, caplog
+):
     args = EvalArguments(
         model=tiny_model, episodes=5, batch_size=3, temperature=1.0, output_dir=str(tmp_path), traces="2"
     )
-    summary = evaluate(args, TaskArguments(), EpisodeArguments(max_turns=2), ServerArguments(env_url=env_server.url))
+    monkeypatch.setattr(evaluation, "PROGRESS_EVERY_S", 0.0)  # a line at every generation
+    with caplog.at_level(logging.INFO, logger="evaluate"):
+        summary = evaluate(
+            args, TaskArguments(), EpisodeArguments(max_turns=2), ServerArguments(env_url=env_server.url)
+        )
+    progress = [r.getMessage() for r in caplog.records if "replying to" in r.getMessage()]
+    line = r"(0/5 episodes; in the batch of 3|3/5 episodes; in the batch of 2), replying to [123] at turn (1|2|1-2) of"
+    assert progress and all(re.fullmatch(line + " at most 2", message) for message in progress), progress
+    assert {message[:3] for message in progress} == {"0/5", "3/5"}
+    assert any("at turn 2" in message or "-2" in message for message in progress)
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert sorted(r["seed"] for r in records) == list(range(1_000_000, 1_000_005))  # held out from training seeds
     assert all(len(r["replies"]) == len(r["actions"]) == r["turns"] for r in records)
@@ -79,6 +91,16 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(
 )
 def test_traces_keeps_all_episodes_the_failures_or_the_first_n_of_each_task(which, solved, kept_already, kept):
     assert traced_in_evaluation(which, solved, kept_already) is kept
+
+
+def test_progress_within_a_batch_is_said_at_most_every_progress_every_s(monkeypatch, caplog):
+    episodes = [Episode("click-test", 0, actions=[None]), Episode("click-test", 1, actions=[None, None])]
+    policy = evaluation.reporting_progress(lambda batch: ["reply"] * len(batch), 7, 20, 4, 10)
+    with caplog.at_level(logging.INFO, logger="evaluate"):
+        assert policy(episodes) == ["reply", "reply"]
+        monkeypatch.setattr(evaluation, "PROGRESS_EVERY_S", 0.0)
+        policy(episodes)
+    assert caplog.messages == ["7/20 episodes; in the batch of 4, replying to 2 at turn 2-3 of at most 10"]
 
 
 def test_traces_takes_all_failures_or_a_number():
