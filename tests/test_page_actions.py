@@ -50,6 +50,7 @@ CASES = {
     "click: link over two lines": (["click('17')"], False),
     "click: below the fold": (["click('24')"], False, "?tall"),
     "click: a drawing (an svg element)": (["click('38')"], False),
+    "click: a drawing taller than the view": (["click('39')"], False, "?tall"),
     "click: no such bid": (["click('99')"], True),
     "click: right button": (["click('2', button='right')"], False),
     "dblclick: plain button": (["dblclick('2')"], False),
@@ -179,7 +180,7 @@ def test_every_action_on_a_page_that_refuses_it_ends_as_in_browsergym(outcomes, 
 
 def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monkeypatch):
     monkeypatch.setattr(page_actions, "execute_python_code", refuse)
-    for action, seen in [
+    for action, seen, *query in [
         ("click('2')", "mousemove plain true"),
         ("dblclick('10')", "dblclick inner true"),
         ("click('38')", "click dot true"),
@@ -187,8 +188,13 @@ def test_the_common_case_takes_the_short_path_with_trusted_events(browsers, monk
         ("fill('19', 'typed')", "input text true"),
         ("fill('29', 'typed')", "input notes true"),
         ("focus('19')", "focus text true"),
+        # out of view: scrolled by Playwright's own call first
+        ("click('12')", "click scrolled true"),
+        ("dblclick('24')", "dblclick below true", "?tall"),
+        ("hover('28')", "mousemove straddling true", "?tall"),
+        ("click('39')", "click upper true", "?tall"),
     ]:
-        errors, state = browsers[0].play_all(run_action, {action: ([action],)})[action]
+        errors, state = browsers[0].play_all(run_action, {action: ([action], *query)})[action]
         assert errors == [""]
         assert state["seen"] and all(event.endswith(" true") for event in state["seen"]), state
         assert seen in state["seen"]
@@ -234,6 +240,21 @@ def test_a_date_pickers_focus_on_a_renderer_slowed_30x_is_not_reported_failed():
         assert session._worker.call(session._page.evaluate, "document.activeElement.id") == "datepicker"
     finally:
         session.close()
+
+
+def test_a_scroll_that_fails_leaves_the_action_to_browsergym_s_code(browsers):
+    # An element the check asked to scroll, gone by the scroll: Playwright's call waits out the deadline (the task's;
+    # here 0.2 s) and says False, for BrowserGym's code to run and end with BrowserGym's own error.
+    page = browsers[0].page
+
+    def scroll_a_missing_element():
+        page.set_default_timeout(200)
+        try:
+            return page_actions.scrolled_into_view(page, "99")
+        finally:
+            page.set_default_timeout(30_000)  # Playwright's default, as the other tests have it
+
+    assert browsers[0].worker.call(scroll_a_missing_element) is False
 
 
 def test_a_check_whose_verdict_was_never_read_does_not_stop_the_next_action(browsers):

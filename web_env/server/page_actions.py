@@ -11,11 +11,13 @@ few milliseconds of CPU across the three processes (bench/action_profile.py coun
 For click, dblclick and hover on an element of the main frame, and fill of a text input, one call in the page
 (ELEMENT_CHECK) does Playwright's checks and returns the point, and Playwright's page-level mouse or keyboard puts the
 input in: trusted events, the same pipelined move, press and release (or inserted text) the element's own path
-sends, and the mouse's position kept where Playwright keeps it. The check asks more than Playwright does, never less:
-wherever Playwright would have waited, retried, scrolled or refused (not exactly one element, not visible, possibly
-disabled or read-only, moving, not wholly in view, covered at its centre, a box in several pieces, an input typed
-some other way), or the action is another one or has options, BrowserGym's own code runs, so waits, timeouts and
-error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each action type on both paths.
+sends, and the mouse's position kept where Playwright keeps it. An element not wholly in view is first scrolled by
+Playwright's own call, as its pointer actions do before they measure (scrolled_into_view). The check asks more than
+Playwright does, never less: wherever Playwright would have waited, retried or refused (not exactly one element, not
+visible, possibly disabled or read-only, moving, still cut by a scroller after the scroll, covered at its centre, a box
+in several pieces, an input typed some other way), or the action is another one or has options, BrowserGym's own code
+runs, so waits, timeouts and error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each
+action type on both paths.
 
 On a page that may navigate (a task module's app posts forms, follows links), the checked click, double click or
 hover is put in by Playwright's element call forced past the checks, which waits for a navigation the input starts as
@@ -117,8 +119,10 @@ def acted_in_few_round_trips(page, name: str, args: list, may_navigate: bool = F
 
 def pointed(page, name: str, bid: str, may_navigate: bool) -> bool:
     events, pointer_input, locator_action = POINTER_ACTIONS[name]
-    point = page.evaluate(ELEMENT_CHECK, [bid, name, events])
-    if point is None:
+    point = page.evaluate(ELEMENT_CHECK, [bid, name, events, False])
+    if point == "scroll" and scrolled_into_view(page, bid):
+        point = page.evaluate(ELEMENT_CHECK, [bid, name, events, True])
+    if not isinstance(point, list):
         return False
     if may_navigate:
         # Playwright's element call, forced past the checks just made, puts in the same input and waits, as
@@ -132,6 +136,18 @@ def pointed(page, name: str, bid: str, may_navigate: bool) -> bool:
     # The page changed under the pointer, or a check Playwright left stopped the events: Playwright retries, as here.
     if not page.evaluate(HIT_VERDICT):
         locator_action(page.get_by_test_id(bid))
+    return True
+
+
+def scrolled_into_view(page, bid: str) -> bool:
+    """Playwright's scroll of an element not wholly in view, the one its pointer actions make before they measure the
+    element: DevTools' DOM.scrollIntoViewIfNeeded once the element is stable. Under the task's deadline, not the 500 ms
+    that BrowserGym gives the whole action (a dozen round trips for an element out of view), which a busy machine ran
+    out of with the click done; False, having failed, for BrowserGym's code to run."""
+    try:
+        page.get_by_test_id(bid).scroll_into_view_if_needed()
+    except PlaywrightError:
+        return False
     return True
 
 

@@ -6,13 +6,15 @@
  * is refused at any disabled or aria-disabled attribute on the element, the control it stands for (a label's) or their
  * ancestors; stable is the same box in two consecutive animation frames; the point is the centre of the element's one
  * box, nudged off half pixels and cut to hundredths; the element (or the button or link it is in) must be what the
- * page hits there; in view means no scrolling at all: the box lies inside the viewport and every clipping ancestor,
- * where DOM.scrollIntoViewIfNeeded moves nothing. Like Playwright, it leaves a listener that checks the hit again when
- * the first of the action's events lands and, if the page changed in between, stops every event of the action
- * (hit_verdict.js reads it). A fill takes a text input or text area that is neither disabled nor read-only; Playwright
- * checks no stability and no hit for it.
+ * page hits there. An element not wholly inside the viewport and every clipping ancestor gets "scroll": Playwright
+ * scrolls it (DOM.scrollIntoViewIfNeeded) before it measures, and page_actions.pointed makes the same call and asks
+ * again with `scrolled`; then a box still past the viewport (one larger than it) is aimed at the centre of its part
+ * inside it, as Playwright clips its quad, whatever a scroller still cuts of it. Like Playwright, it
+ * leaves a listener that checks the hit again when the first of the action's events lands and, if the page changed in
+ * between, stops every event of the action (hit_verdict.js reads it). A fill takes a text input or text area that is
+ * neither disabled nor read-only; Playwright checks no stability and no hit for it.
  */
-async ([bid, action, events]) => {
+async ([bid, action, events, scrolled]) => {
   const found = document.querySelectorAll(`[bid="${CSS.escape(bid)}"]`);
   if (found.length !== 1) return null;
   const element = found[0], editable = element.matches("input, textarea, select") || element.isContentEditable;
@@ -55,15 +57,22 @@ async ([bid, action, events]) => {
   const rects = element.getClientRects();
   if (rects.length !== 1 || rects[0].width * rects[0].height <= 0.99) return null;
   const r = rects[0], view = document.documentElement;
-  if (r.left < 0 || r.top < 0 || r.right > view.clientWidth || r.bottom > view.clientHeight) return null;
+  let clipped = false;
   for (let a = element.parentElement; a && a !== document.body && a !== view; a = a.parentElement) {
     const s = getComputedStyle(a);
     if (s.overflowX === "visible" && s.overflowY === "visible") continue;
     const c = a.getBoundingClientRect(), left = c.left + a.clientLeft, top = c.top + a.clientTop;
-    if (r.left < left || r.top < top || r.right > left + a.clientWidth || r.bottom > top + a.clientHeight) return null;
+    clipped ||= r.left < left || r.top < top || r.right > left + a.clientWidth || r.bottom > top + a.clientHeight;
   }
+  const inViewport = r.left >= 0 && r.top >= 0 && r.right <= view.clientWidth && r.bottom <= view.clientHeight;
+  if (!scrolled && (clipped || !inViewport)) return "scroll";
+  // Playwright's point: the centre of the box's part inside the viewport (the whole box, for one in view), which
+  // the hit check below refuses where a scroller still hides it.
+  const left = Math.max(r.left, 0), right = Math.min(r.right, innerWidth);
+  const top = Math.max(r.top, 0), bottom = Math.min(r.bottom, innerHeight);
+  if ((right - left) * (bottom - top) <= 0.99) return null;
   const nudge = (v) => { const f = v - Math.floor(v); return f > 0.49 && f < 0.51 ? v - 0.02 : v; };
-  const x = ((nudge((r.left + r.right) / 2) * 100) | 0) / 100, y = ((nudge((r.top + r.bottom) / 2) * 100) | 0) / 100;
+  const x = ((nudge((left + right) / 2) * 100) | 0) / 100, y = ((nudge((top + bottom) / 2) * 100) | 0) / 100;
   const target = editable ? element : element.closest("button, [role=button], a, [role=link]") || element;
   const hits = (px, py) => {
     const hit = document.elementFromPoint(px, py);
