@@ -1,15 +1,19 @@
 """Demonstrations: a recorded episode renders offline token for token as it was played, and bad files fail clearly."""
 
 import json
+import math
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
+from bench.drift import reply_probabilities
 from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
 from browser_rl.generation import written
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from warm_start.demonstrations import DemonstrationsError, load, of_episode, replay, save, sft_dataset
+from warm_start.demonstrations import Demonstration, DemonstrationsError, load, of_episode, replay, save, sft_dataset
 from warm_start.plans import plan_of
 
 # Per task, what the policy writes turn by turn: wrong actions (an error, no action, a cut-off reply) before the
@@ -146,3 +150,31 @@ def test_an_episode_too_long_for_the_model_is_an_error_not_a_cut(tokenizer, tmp_
     assert sum(row["completion_mask"]) == len(tokenizer.encode("click('13')", add_special_tokens=False)) + 1
     with pytest.raises(DemonstrationsError, match=f"longer than {len(row['input_ids']) - 1} tokens"):
         sft_dataset(load(path), chat, max_length=len(row["input_ids"]) - 1)
+
+
+def test_bench_drift_scores_each_reply_as_a_token_by_token_sampler_would(tiny_model, tokenizer):
+    demonstration = Demonstration.model_validate(
+        GOOD
+        | {
+            "turns": [
+                {"page": "[13] button 'Click Me!'", "reply": "click('9')", "error": "no element with bid 9"},
+                {"page": "[13] button 'Click Me!'", "reply": "click('13')", "error": ""},
+            ]
+        }
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    chat = ChatTurns(tokenizer, DEFAULTS.max_page_chars)
+    context = replay(demonstration, chat).context()
+    expected, searched_from = [], 0
+    for turn in demonstration.turns:
+        reply = written(tokenizer, turn.reply).ids  # with its end-of-turn token
+        start = next(p for p in range(searched_from, len(context)) if context[p : p + len(reply)] == reply)
+        searched_from = start + len(reply)
+        probabilities = []
+        for position, token in enumerate(reply, start):
+            with torch.no_grad():
+                next_token = model(torch.tensor([context[:position]])).logits[0, -1].softmax(-1)
+            probabilities.append(next_token[token].item())
+        expected.append((math.prod(probabilities), probabilities[0]))
+    scored = reply_probabilities(model, chat, demonstration)
+    assert [p for pair in scored for p in pair] == pytest.approx([p for pair in expected for p in pair], rel=1e-4)
