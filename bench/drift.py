@@ -58,7 +58,6 @@ def main() -> None:
     demonstrations = [d for d in load(args.demonstrations) if not args.tasks or d.task in args.tasks]
     settings = made_with(demonstrations, args.demonstrations)
     max_page_chars = settings.max_page_chars if settings else None
-    torch.set_grad_enabled(False)
     figures = {}  # model -> (task, turn) -> [(reply, first token)]
     for path in args.models:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -79,7 +78,7 @@ def main() -> None:
         for path in args.models:
             pairs = figures[path][key]
             cells.append(f"{sum(p for p, _ in pairs) / len(pairs):.2f} / {sum(f for _, f in pairs) / len(pairs):.2f}")
-        print(f"{key[0]} turn {key[1]} {first_reply[key]!r} (n={len(figures[path][key])}): " + " | ".join(cells))
+        print(f"{key[0]} turn {key[1]} {first_reply[key]!r} (n={len(pairs)}): " + " | ".join(cells))
 
 
 if __name__ == "__main__":
