@@ -57,6 +57,9 @@ FOCUS = page_script("focus.js")
 CHECKED_POINTER_ACTIONS = {"click", "dblclick", "hover", "drag_and_drop"}
 MARK_HIT_CHECK_LEFT = "() => { window.__hitCheckLeftByPlaywright = true; }"
 
+# BrowserGym's deadline for each of its waits for an element (browsergym.core.action.functions), which Playwright's
+# retry of a missed hit below keeps.
+BROWSERGYM_TIMEOUT_MS = 500
 # The pointer actions the check serves: the events whose first landing is checked (Playwright's
 # kMouseHitTargetInterceptorEvents and kHoverHitTargetInterceptorEvents), the input, and the locator call
 # BrowserGym's function makes (browsergym.core.action.functions), for Playwright's retry.
@@ -65,17 +68,17 @@ POINTER_ACTIONS = {
     "click": (
         MOUSE_EVENTS,
         lambda mouse, x, y: mouse.click(x, y),
-        lambda element: element.click(button="left", modifiers=[], force=False, timeout=500),
+        lambda element: element.click(button="left", modifiers=[], force=False, timeout=BROWSERGYM_TIMEOUT_MS),
     ),
     "dblclick": (
         MOUSE_EVENTS,
         lambda mouse, x, y: mouse.dblclick(x, y),
-        lambda element: element.dblclick(button="left", modifiers=[], force=False, timeout=500),
+        lambda element: element.dblclick(button="left", modifiers=[], force=False, timeout=BROWSERGYM_TIMEOUT_MS),
     ),
     "hover": (
         ["mousemove"],
         lambda mouse, x, y: mouse.move(x, y),
-        lambda element: element.hover(force=False, timeout=500),
+        lambda element: element.hover(force=False, timeout=BROWSERGYM_TIMEOUT_MS),
     ),
 }
 
