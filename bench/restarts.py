@@ -57,12 +57,17 @@ ACTIONABLE = "button|link|checkbox|radio|textbox|searchbox|spinbutton|combobox|t
 # BrowserGym marks four such tasks; stock-market redraws its price every 100 ms.
 TIME_DEPENDENT = {"stock-market", *(task for task, cls in TASK_CLASSES.items() if cls.nondeterministic)}
 # The page as the policy cannot see it in the tree, but a later episode could feel: where the page is, whether the
-# document has the focus and which element does, every scroll offset, and every form control's state.
+# document has the focus and which element does, the scroll offset of every box that shows something, and every form
+# control's state. A box of no size shows nothing at any offset: a widget hides its original select in one
+# (form-sequence-3's dropdown), and BrowserGym's refused click of that select leaves the box scrolled as far as
+# Playwright's retries, each scrolling the select into view another way, got before the 500 ms deadline, which the
+# machine's load decides.
 PAGE_STATE = """() => ({
   url: location.href,
   focused: document.hasFocus(),
   active: document.activeElement && [document.activeElement.tagName, document.activeElement.id],
-  scrolled: [...document.querySelectorAll("*")].filter((e) => e.scrollTop || e.scrollLeft)
+  scrolled: [...document.querySelectorAll("*")]
+    .filter((e) => (e.scrollTop || e.scrollLeft) && e.clientWidth && e.clientHeight)
     .map((e) => [e.tagName, e.id, e.scrollTop, e.scrollLeft]).concat([["window", scrollX, scrollY]]),
   controls: [...document.querySelectorAll("input, select, textarea")]
     .map((e) => [e.tagName, e.type, e.id, e.value, e.checked, e.selectedIndex]),
