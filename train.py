@@ -29,6 +29,7 @@ from trl import ModelConfig, get_peft_config
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
+from browser_rl.evaluation import measured_success
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import MetricsLog, StepPrinter, episodes_by_task, step_metrics
@@ -151,6 +152,35 @@ def longest_context(trainer: RecipeTrainer) -> int:
     return max_length - trainer.max_completion_length
 
 
+def measured_at_start(tasks: TaskArguments, training_args: RecipeConfig) -> dict[str, float]:
+    """Each task's success rate as the evaluation in tasks.curriculum_start measured it, the curriculum's start. Only
+    an evaluation sampled at the training temperature measures the policy GRPO samples: greedy decoding solves more
+    of some tasks and less of others."""
+    if not tasks.curriculum_start:
+        return {}
+    try:
+        measured, temperature, model = measured_success(tasks.curriculum_start)
+    except (OSError, ValueError, KeyError) as error:
+        raise ConfigError(
+            f"curriculum_start: no evaluate.py summary read in {tasks.curriculum_start!r}: {error}"
+        ) from None
+    if temperature != training_args.temperature:
+        decoding = f"at temperature {temperature}" if temperature else "greedy"
+        raise ConfigError(
+            f"curriculum_start: {tasks.curriculum_start!r} was evaluated {decoding}, and training samples at "
+            f"temperature {training_args.temperature}: evaluate the start model with --temperature "
+            f"{training_args.temperature}"
+        )
+    unmeasured = [task for task in tasks.task_weights() if task not in measured]
+    log.info(
+        "the curriculum starts from the success %s measured of %s%s",
+        tasks.curriculum_start,
+        model,
+        f"; not measured there, starting at 50%: {', '.join(unmeasured)}" if unmeasured else "",
+    )
+    return measured
+
+
 def build_trainer(
     tasks: TaskArguments,
     phases: SftPhaseArguments,
@@ -166,7 +196,12 @@ def build_trainer(
         peft_config.target_modules = "all-linear"
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
     dataset = seed_dataset(tasks.num_task_seeds)
-    sampler = TaskSampler(tasks.task_weights(), tasks.curriculum, seed=training_args.seed)
+    sampler = TaskSampler(
+        tasks.task_weights(),
+        tasks.curriculum,
+        seed=training_args.seed,
+        measured=measured_at_start(tasks, training_args),
+    )
     sft_phases = SftPhases(
         steps=phases.sft_phase_steps,
         every=phases.sft_phase_every,

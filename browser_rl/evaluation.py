@@ -50,6 +50,7 @@ from rewards import browsergym_solved
 log = logging.getLogger("evaluate")
 
 CHART_FILE = "success.png"
+SUMMARY_FILE = "summary.json"
 # BrowserGym's wait after each action before observing (BrowserEnv's pre_observation_delay, 0.5 s).
 BROWSERGYM_SETTLE_MS = 500
 # A batch of long episodes on a slow model plays for many minutes between the per-batch lines: how often it says
@@ -361,10 +362,18 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         }
         | checkout
     )
-    Path(args.output_dir, "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    Path(args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     if len(tasks) > 1:
         plot_task_success(summary, Path(args.output_dir) / CHART_FILE)
     return summary
+
+
+def measured_success(output_dir: str) -> tuple[dict[str, float], float, str]:
+    """What an evaluation in output_dir measured: each task's success rate, the temperature it sampled at (0:
+    greedy), and the model it played."""
+    summary = json.loads(Path(output_dir, SUMMARY_FILE).read_text())
+    rates = {task: of_task["success_rate"] for task, of_task in summary["tasks"].items()}
+    return rates, summary["arguments"]["temperature"], summary["arguments"]["model"]
 
 
 def plot_task_success(summary: dict, image_file: Path) -> Path:

@@ -39,6 +39,13 @@ class TaskArguments:
     curriculum: bool = field(
         default=False, metadata={"help": "draw tasks by p(1-p) of their running success, not by weight alone"}
     )
+    curriculum_start: str | None = field(
+        default=None,
+        metadata={
+            "help": "an evaluate.py output directory: the curriculum starts from each task's success measured there, "
+            "of the start model at the training temperature, not from 50%"
+        },
+    )
 
     def __post_init__(self):
         task_modules.load(self.task_modules)  # their tasks are known from here on
@@ -47,6 +54,8 @@ class TaskArguments:
         self.task_weights()  # a mistake in the list fails here
         if self.num_task_seeds <= 0:
             raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
+        if self.curriculum_start and not self.curriculum:
+            raise ValueError("curriculum_start is where the curriculum starts: set curriculum to true as well")
 
     def task_weights(self) -> dict[str, float]:
         """{task: relative weight} of the tasks to play: `tasks`, or `task_name` alone."""

@@ -4,7 +4,10 @@ the sampler that picks the task of each GRPO group, by weight or by a curriculum
 GRPO learns only from a group whose episodes disagree: a task the policy always solves, or never does, gives
 every episode the same reward and so no gradient. The curriculum weighs each task by p(1 - p), where p is its
 running success rate, the variance of its reward and largest at 50%; a floor keeps every task in the mix, so
-that a task nobody solves yet, or one that was mastered and is being forgotten, is still seen.
+that a task nobody solves yet, or one that was mastered and is being forgotten, is still seen. A task's rate starts
+at 50% (nothing known), or at what an evaluation of the start model measured at the training temperature: a short
+run sees each task only a few times, too few for the running rate to leave 50%, and drawn from 50% the curriculum
+draws as uniformly as no curriculum (docs/real_model.md).
 
 The draws are spread out rather than independent, so that a short run still plays every task: a GRPO step updates
 weights every task shares, and a task left out drifts untrained (independent draws left 5 of 20 tasks unplayed in a
@@ -117,16 +120,20 @@ def task_instances(
 
 class TaskSampler:
     """Draws the task of each GRPO group: in proportion to the configured weights, or, with `curriculum`, to the
-    weights times each task's p(1 - p) (with a floor). `update` feeds it the episodes each batch played.
+    weights times each task's p(1 - p) (with a floor), p starting at the `measured` success rate where there is one.
+    `update` feeds it the episodes each batch played.
 
     A weighted round-robin: at each draw every task is owed its probability, and the task owed most is drawn and pays
     one draw back. Over any run of draws each task is played its share give or take one, where independent draws
     leave some tasks out by chance."""
 
-    def __init__(self, weights: dict[str, float], curriculum: bool, seed: int = 0):
+    def __init__(
+        self, weights: dict[str, float], curriculum: bool, seed: int = 0, measured: dict[str, float] | None = None
+    ):
         self.weights = dict(weights)
         self.curriculum = curriculum
-        self.success = {task: 0.5 for task in weights}  # unknown yet: as informative as a task can be
+        # Unknown yet: as informative as a task can be.
+        self.success = {task: (measured or {}).get(task, 0.5) for task in weights}
         # What each task is owed starts at random, so that the order of the first round is the seed's, not the config's.
         start = random.Random(seed)
         self._owed = {task: start.random() for task in weights}

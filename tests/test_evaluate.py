@@ -68,6 +68,9 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(
     assert summary["unparsed_share"] == 1.0  # the random tiny model writes no action
     assert summary["ci95"] == pytest.approx(list(wilson_interval(summary["solved"], 5)))
     assert json.loads((tmp_path / "summary.json").read_text())["episodes"] == 5
+    # What a curriculum can start from (train.py --curriculum_start): each task's rate, the temperature, the model.
+    rate = summary["solved"] / 5
+    assert evaluation.measured_success(str(tmp_path)) == ({"click-test": rate}, 1.0, tiny_model)
     traces = sorted((tmp_path / "traces/click-test").glob("*.json"))
     assert [path.name for path in traces] == [f"episode-{i:05d}-seed-{records[i]['seed']}.json" for i in (0, 1)]
     for path, record in zip(traces, records, strict=False):

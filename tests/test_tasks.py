@@ -4,6 +4,7 @@ import collections
 
 import pytest
 
+from bench.group_signal import DRAWINGS, groups_with_an_advantage
 from browser_rl.metrics import same_reward_share
 from browser_rl.rollout import Episode
 from browser_rl.tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks, task_instances
@@ -103,6 +104,34 @@ def test_the_curriculum_favours_tasks_whose_groups_disagree_and_starves_none():
     p = sampler.probabilities()
     assert p["half"] == pytest.approx(0.25 / (0.25 + 2 * CURRICULUM_FLOOR))  # p(1-p) at its largest
     assert p["mastered"] == p["hopeless"] == pytest.approx(CURRICULUM_FLOOR / (0.25 + 2 * CURRICULUM_FLOOR))
+
+
+def test_a_curriculum_started_from_measured_success_draws_the_tasks_in_doubt_from_its_first_round():
+    """A short run's first round: from 50% everywhere the curriculum draws every task alike, as no curriculum does;
+    from an evaluation's rates it draws the tasks its groups can disagree on."""
+    tasks = dict.fromkeys(["mastered", "hopeless", "half", "unmeasured"], 1.0)
+    measured = {"mastered": 1.0, "hopeless": 0.0, "half": 0.5, "elsewhere": 0.3}
+    started = TaskSampler(tasks, curriculum=True, seed=1, measured=measured)
+    assert started.success == {"mastered": 1.0, "hopeless": 0.0, "half": 0.5, "unmeasured": 0.5}
+    drawn = collections.Counter(started.draw() for _ in range(12))
+    assert drawn == {"half": 5, "unmeasured": 5, "mastered": 1, "hopeless": 1}
+    uninformed = TaskSampler(tasks, curriculum=True, seed=1)
+    assert collections.Counter(uninformed.draw() for _ in range(12)) == dict.fromkeys(tasks, 3)
+
+
+def test_simulated_runs_count_the_groups_that_disagree_and_more_of_them_from_an_evaluation():
+    """bench/group_signal.py, the figure behind --curriculum_start (docs/real_model.md)."""
+    certain = {"solved": 1.0, "never": 0.0}
+    run = {"steps": 10, "groups_per_step": 4, "num_generations": 4, "seed": 0}
+    assert all(groups_with_an_advantage(certain, drawing, **run) == 0 for drawing in DRAWINGS.values())
+    mostly_certain = {**dict.fromkeys([f"mastered-{i}" for i in range(7)], 1.0), "half": 0.5, "rare": 0.2}
+    mean = {
+        name: sum(groups_with_an_advantage(mostly_certain, drawing, **run | {"seed": s}) for s in range(200)) / 200
+        for name, drawing in DRAWINGS.items()
+    }
+    assert mean["by weight alone"] == pytest.approx(40 * (1 - 0.5**4 * 2 + 1 - 0.8**4 - 0.2**4) / 9, abs=0.3)
+    assert mean["by weight alone"] < mean["the curriculum from 50%"] < mean["the curriculum from the evaluation"]
+    assert mean["the curriculum from the evaluation"] > 2 * mean["by weight alone"], mean
 
 
 def test_the_running_success_rate_moves_a_fifth_of_the_way_per_batch():

@@ -20,10 +20,11 @@ from transformers import AutoModelForCausalLM
 
 import train
 from browser_rl.episode_settings import EpisodeSettings, saved_with
+from browser_rl.errors import ConfigError
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
 from browser_rl.trainer import RecipeTrainer
 from env_client import LocalEnvServer
-from helpers import FAST, ROOT, alive, lines_of, parse_config, process_tree, train_command
+from helpers import FAST, ROOT, alive, built_trainer, lines_of, parse_config, process_tree, train_command
 
 
 def run_training(tiny_model, env_url, output_dir, *extra):
@@ -242,6 +243,39 @@ def test_a_resumed_run_draws_the_tasks_the_uninterrupted_run_drew(tiny_model, en
     played, probabilities = step_2(tmp_path / "whole")
     assert len(played) == 2
     assert step_2(resumed) == (played, probabilities)
+
+
+def test_the_curriculum_starts_from_an_evaluation_sampled_at_the_training_temperature(
+    tiny_model, tokenizer, tmp_path, caplog
+):
+    evaluated = tmp_path / "eval"
+    evaluated.mkdir()
+
+    def evaluation_at(temperature):  # as evaluate.py writes it: tests/test_evaluate.py reads a real one
+        summary = {
+            "tasks": {"click-test": {"success_rate": 1.0}, "click-button": {"success_rate": 0.25}},
+            "arguments": {"temperature": temperature, "model": "the start"},
+        }
+        (evaluated / "summary.json").write_text(json.dumps(summary))
+
+    tasks = ("--tasks", "click-test", "click-button", "focus-text", "--curriculum", "true")
+    start = ("--curriculum_start", str(evaluated), "--model_name_or_path", tiny_model, "--output_dir", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no evaluate\.py summary read in"):
+        built_trainer(tokenizer, "http://unused", *tasks, *start)
+    evaluation_at(0.0)
+    with pytest.raises(ConfigError, match=r"evaluated greedy, and training samples at temperature 1\.0"):
+        built_trainer(tokenizer, "http://unused", *tasks, *start)
+    evaluation_at(1.0)
+    with caplog.at_level(logging.INFO, logger="train"):
+        trainer, runner = built_trainer(tokenizer, "http://unused", *tasks, *start)
+    runner.close()
+    assert trainer.sampler.success == {"click-test": 1.0, "click-button": 0.25, "focus-text": 0.5}
+    assert (
+        f"starts from the success {evaluated} measured of the start; not measured there, starting at 50%: "
+        "focus-text" in caplog.text
+    )
+    with pytest.raises(ConfigError, match="set curriculum to true as well"):
+        parse_config("configs/smoke.yaml", *start)
 
 
 def test_on_the_cpu_the_lm_head_projects_the_replies_alone_to_the_same_log_probs_and_gradients(tiny_model, monkeypatch):
