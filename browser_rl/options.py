@@ -43,7 +43,7 @@ class TaskArguments:
         default=None,
         metadata={
             "help": "an evaluate.py output directory: the curriculum starts from each task's success measured there, "
-            "of the start model at the training temperature, not from 50%"
+            "of the start model at the training temperature, not from one half"
         },
     )
 

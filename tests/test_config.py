@@ -10,6 +10,7 @@ from peft import get_peft_model
 from transformers import AutoModelForCausalLM
 from trl import get_peft_config
 
+import evaluate as evaluate_py
 import train
 from browser_rl.command_line import parse_command_line
 from browser_rl.errors import ConfigError
@@ -17,7 +18,7 @@ from browser_rl.generation import missing_model
 from browser_rl.tasks import PRESETS, preset_tasks
 from helpers import ROOT, parse_config
 from train import seed_dataset
-from warm_start import warm_up
+from warm_start import record, warm_up
 from warm_start.tiny_lfm2 import build_tokenizer
 
 
@@ -250,3 +251,12 @@ def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_c
     assert sorted(tasks.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(tasks.tasks) == 1
     assert len(tasks.task_weights()) == 62 and tasks.curriculum is True
     assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0
+
+
+@pytest.mark.parametrize("command", [train, evaluate_py, record, warm_up], ids=lambda module: module.__name__)
+def test_every_option_s_help_is_shown(command, capsys):
+    """argparse formats each help text with %: a stray one (say, "50%") breaks --help, and the slow tier's run of
+    every command's --help is the only other place that would notice."""
+    with pytest.raises(SystemExit) as exited:
+        parse_command_line(command.OPTIONS, ["--help"])
+    assert exited.value.code == 0 and "--max_turns" in capsys.readouterr().out
