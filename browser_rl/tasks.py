@@ -132,7 +132,7 @@ class TaskSampler:
     ):
         self.weights = dict(weights)
         self.curriculum = curriculum
-        # Unknown yet: as informative as a task can be.
+        # A task not measured starts at 50%: as informative as a task can be.
         self.success = {task: (measured or {}).get(task, 0.5) for task in weights}
         # What each task is owed starts at random, so that the order of the first round is the seed's, not the config's.
         start = random.Random(seed)
