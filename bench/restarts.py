@@ -72,6 +72,19 @@ PAGE_STATE = """() => ({
   controls: [...document.querySelectorAll("input, select, textarea")]
     .map((e) => [e.tagName, e.type, e.id, e.value, e.checked, e.selectedIndex]),
 })"""
+# What a page does on a wall-clock timer after an action, on or off: jQuery's animations (off, as the -nodelay tasks
+# run theirs), and jQuery UI's menu opening a hovered item's submenu 300 ms later (off: an own delay on the menu's
+# instance longer than any episode; deleted, the prototype's 300 ms again).
+TIMED_EFFECTS = """(on) => {
+  if (!window.jQuery) return;
+  jQuery.fx.off = !on;
+  if (!jQuery.ui || !jQuery.ui.menu) return;
+  jQuery(":ui-menu").each(function () {
+    const menu = jQuery(this).menu("instance");
+    if (on) delete menu.delay;
+    else menu.delay = 2 ** 31 - 1;
+  });
+}"""
 KEYS = [
     "Tab",
     "Shift+Tab",
@@ -215,11 +228,12 @@ def play(session: BrowserTaskEnvironment, task: str, seed: int, right: bool) -> 
     """The reset's metadata (restarted_in_page, loaded_because), and the episode: goal, tree and page state, then
     each action's outcome and the page state after it.
 
-    The episode runs with jQuery's animations off, as the -nodelay tasks run theirs: an action or an observation
-    taken while an accordion or a dialog is still moving sees how far it got, which depends on the machine's load,
-    not on the restart. Every other episode (aging, and the one before a compared restart) keeps them on."""
+    The episode runs with the page's timed effects off (TIMED_EFFECTS): an action or an observation taken while an
+    accordion or a dialog is still moving sees how far it got, and one taken after a click on a menu item shows the
+    submenu the click's hover opens 300 ms later or not, as the machine's load decides, not the restart. Every other
+    episode (aging, and the one before a compared restart) keeps them on."""
     observation = session.reset(task_name=task, seed=seed, fields=FIELDS)
-    animations(session, on=False)
+    timed_effects(session, on=False)
     try:
         trace = [(observation.goal, observation.axtree_txt, page_state(session))]
         for action in fixed_actions(task, observation.goal, observation.axtree_txt, right):
@@ -231,14 +245,12 @@ def play(session: BrowserTaskEnvironment, task: str, seed: int, right: bool) -> 
             if result.done:
                 break
     finally:
-        animations(session, on=True)
+        timed_effects(session, on=True)
     return observation.metadata, trace
 
 
-def animations(session: BrowserTaskEnvironment, on: bool) -> None:
-    session._worker.call(
-        session._page.evaluate, f"() => {{ if (window.jQuery) jQuery.fx.off = {str(not on).lower()}; }}"
-    )
+def timed_effects(session: BrowserTaskEnvironment, on: bool) -> None:
+    session._worker.call(session._page.evaluate, TIMED_EFFECTS, on)
 
 
 def first_difference(episode: list, reference: list) -> str:
