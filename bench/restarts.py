@@ -6,6 +6,7 @@ same seed gives (aging).
     python bench/restarts.py aging                    # every task, 100 aging episodes, 2 seeds for each prior state
     python bench/restarts.py aging --tasks use-colorwheel ascending-numbers --episodes 30 --seeds 1
     python bench/restarts.py slowed --task click-collapsible-2 --times 30   # the last action before, on a busy machine
+    python bench/restarts.py settling                 # every task: does its compared episode change a second later?
 
 Census: for each task one session loads the task's page, then, for each state an episode can be left in
 (untouched, half done, timed out, played out, roughed up), leaves an episode in it and resets to the task again: the
@@ -27,6 +28,12 @@ the renderer (`--rate` times slower) for that action alone. `--times` times, the
 leaves an episode played out in it (seed 1011) with its last action slowed, restarts seed 11 and plays it; each
 restarted episode is compared with one fresh load of seed 11. It prints how many differed and how many resets
 restarted in the page (docs/environment.md: a click that ran out of BrowserGym's 500 ms on a moving header).
+
+Settling: for each task but the time-dependent ones, seed 11's compared episode on a fresh load, as `play` plays it
+(the page's timed effects off; `--timed_effects on` keeps them, as a training episode does): after the reset and
+after each action, the tree and page state observed are read again a second later. A task whose page changed in
+that second has an observation that the machine's load decides, and a comparison of it would depend on the load;
+it prints each such task with the action and the first difference, and the count.
 """
 
 import argparse
@@ -377,6 +384,48 @@ def print_aging(tasks: list[str], episodes: int, actions: int, seeds: int, outpu
     return len(equal) == len(results)
 
 
+def settling(session: BrowserTaskEnvironment, task: str, timed_effects_on: bool) -> list[str]:
+    """Where seed 11's compared episode of `task` changed in the second after the reset or an action: "reset" or the
+    action, with the first difference between what was observed and what the page showed a second later."""
+
+    def a_second_later():
+        session._worker.call(session._page.evaluate, "() => new Promise(done => setTimeout(done, 1000))")
+        return session._worker.call(session._observation, "", 0.0, False, 0.0).axtree_txt, page_state(session)
+
+    observation = session.reset(task_name=task, seed=11, fields=FIELDS)
+    timed_effects(session, on=timed_effects_on)
+    try:
+        changed = []
+        for action in ["reset", *fixed_actions(task, observation.goal, observation.axtree_txt, right=True)]:
+            result = observation if action == "reset" else step(session, action)
+            observed = (result.axtree_txt, page_state(session))
+            later = a_second_later()
+            if later != observed:
+                changed.append(f"{action}: {first_difference([observed], [later])}")
+            if result.done:
+                break
+        return changed
+    finally:
+        timed_effects(session, on=True)
+
+
+def print_settling(tasks: list[str], timed_effects_on: bool) -> list[str]:
+    """Prints each task whose compared episode changed a second after an observation; those tasks."""
+    pool, start, changing = browsers(1), time.perf_counter(), []
+    with new_session(pool, reload_every=1) as session:
+        for task in tasks:
+            if task in TIME_DEPENDENT:
+                continue
+            changed = settling(session, task, timed_effects_on)
+            if changed:
+                changing.append(task)
+                print(f"{task:<28} changed a second later after {'; '.join(changed)}", flush=True)
+    compared = len([task for task in tasks if task not in TIME_DEPENDENT])
+    elapsed = time.perf_counter() - start
+    print(f"{len(changing)} of {compared} tasks changed a second after an observation ({elapsed:.0f}s)")
+    return changing
+
+
 def slowed(task: str, times: int, rate: float) -> dict:
     """`times` restarts of `task`'s seed 11, each after a fresh load and an episode played out with its last action
     slowed `rate` times, against one fresh load of seed 11: how many differed, and how many restarted in the page."""
@@ -399,7 +448,7 @@ def slowed(task: str, times: int, rate: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("census", "aging"):
+    for name in ("census", "aging", "settling"):
         command = commands.add_parser(name)
         command.add_argument("--tasks", nargs="*", default=sorted(TASK_CLASSES))
     aging = commands.choices["aging"]
@@ -412,9 +461,14 @@ def main() -> None:
     slow.add_argument("--task", default="click-collapsible-2")
     slow.add_argument("--times", type=int, default=30, help="restarts compared")
     slow.add_argument("--rate", type=float, default=20, help="how many times slower the renderer runs the last action")
+    commands.choices["settling"].add_argument(
+        "--timed_effects", choices=["on", "off"], default="off", help="the page's timed effects (TIMED_EFFECTS)"
+    )
     args = parser.parse_args()
     if args.command == "census":
         print_census(args.tasks)
+    elif args.command == "settling":
+        sys.exit(1 if print_settling(args.tasks, args.timed_effects == "on") else 0)
     elif args.command == "slowed":
         result = slowed(args.task, args.times, args.rate)
         print(

@@ -224,6 +224,15 @@ def test_a_compared_episode_s_menu_opens_no_submenu_a_hover_asks_for_until_its_t
         assert evaluate(restarting, submenus_shown) == shown, on
 
 
+@pytest.mark.slow  # a second's wait after each of the episode's observations, twice
+def test_settling_finds_the_page_that_changes_after_an_action_as_time_passes(loading):
+    # What `python bench/restarts.py settling` runs over every task: click-menu's compared episode holds still with
+    # the page's timed effects off, and with them on shows the submenu a second after the click on its item.
+    assert restarts.settling(loading, "click-menu", timed_effects_on=False) == []
+    (changed,) = restarts.settling(loading, "click-menu", timed_effects_on=True)
+    assert changed.startswith("click(") and "[21] menu ''" in changed, changed
+
+
 def test_a_node_an_episode_left_hidden_outside_the_task_area_makes_the_next_reset_load_the_page(restarting):
     reset(restarting, "click-test", 1)
     evaluate(
