@@ -226,7 +226,9 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
             error = f"{type(e).__name__}: {e}"
         if self._settle_ms:
             self._page.wait_for_timeout(self._settle_ms)
-        self._page.wait_for_load_state("domcontentloaded")
+        # A document the action led to is read once parsed, however long a busy machine takes to (page_actions.py's
+        # docstring: no deadline on what a task's own app answers).
+        self._page.wait_for_load_state("domcontentloaded", timeout=0)
         browsergym_reward, done, _message, info = self._run_task_code(self._task.validate, self._page, [])
         # BrowserGym's reward is float(raw > 0), which pays some pages' partial credit for a wrong ending: the reward
         # sent is 1.0 only for the page paying in full (web_env.scoring, docs/reward_audit.md), for every client; the

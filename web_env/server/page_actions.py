@@ -21,8 +21,9 @@ action type on both paths.
 
 On a page that may navigate (a task module's app posts forms, follows links), the checked click, double click or
 hover is put in by Playwright's element call forced past the checks, which waits for a navigation the input starts as
-BrowserGym's call does; its deadline is the task's, not the 500 ms that BrowserGym gives its waits for the element,
-which a busy machine ran out of with the action done.
+BrowserGym's call does, with no deadline: the wait is for the task's own app to answer, which a busy machine stretches
+past any fixed time (a CI run's bill payment went past the task's 5 s, its click done and its answer on the way), and an
+app that never answers is a hung server, which the client finds by its `env_timeout_s`.
 
 Playwright (1.44) can leave the hit-target check of a pointer action it gave up on in the page: a timeout after the
 check was set up disposes the check's handle before the call that would take the check off is made, and the check stays
@@ -43,6 +44,7 @@ import contextlib
 
 from browsergym.core.action.base import execute_python_code
 from browsergym.core.action.parsers import highlevel_action_parser
+from browsergym.core.constants import BROWSERGYM_ID_ATTRIBUTE
 from playwright.sync_api import Error as PlaywrightError
 
 from web_env.actions import action_code
@@ -130,10 +132,12 @@ def pointed(page, name: str, bid: str, may_navigate: bool) -> bool:
     if may_navigate:
         # Playwright's element call, forced past the checks just made, puts in the same input and waits, as
         # BrowserGym's call does, for a navigation it starts (a form posted, a link followed), so that the task's
-        # validate sees what the app recorded. Its deadline is the task's own (the context's default), not the 500 ms
-        # that BrowserGym gives its waits for the element: with them made in the page, a busy machine no longer
-        # decides whether the action fails.
-        getattr(page.get_by_test_id(bid), name)(force=True)
+        # validate sees what the app recorded. Without a deadline (the module's docstring): forced, on the element
+        # itself rather than a locator that would wait for it to come back, the call waits for nothing but that answer.
+        element = page.query_selector(f"[{BROWSERGYM_ID_ATTRIBUTE}='{bid}']")
+        if element is None:  # gone since the check: BrowserGym's code says so
+            return False
+        getattr(element, name)(force=True, timeout=0)
     else:
         pointer_input(page.mouse, *point)
     # The page changed under the pointer, or a check Playwright left stopped the events: Playwright retries, as here.
