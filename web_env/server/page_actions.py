@@ -37,7 +37,8 @@ Playwright's element call, as a missed hit is: it replaces the left check and ac
 
 A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
 500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
-(scripts/focus.js).
+(scripts/focus.js). So is a select_option of one option by its value or label (scripts/select_option.js): a busy
+machine ran BrowserGym's call out of its 500 ms before the select was looked at.
 """
 
 import contextlib
@@ -55,6 +56,7 @@ from web_env.server.scripts import page_script
 ELEMENT_CHECK = page_script("element_check.js")
 HIT_VERDICT = page_script("hit_verdict.js")
 FOCUS = page_script("focus.js")
+SELECT_OPTION = page_script("select_option.js")
 # The actions whose BrowserGym code puts input in through Playwright's element calls, each with a hit-target check.
 CHECKED_POINTER_ACTIONS = {"click", "dblclick", "hover", "drag_and_drop"}
 MARK_HIT_CHECK_LEFT = "() => { window.__hitCheckLeftByPlaywright = true; }"
@@ -119,6 +121,8 @@ def acted_in_few_round_trips(page, name: str, args: list, may_navigate: bool = F
         return filled(page, *args)
     if name == "focus" and len(args) == 1:
         return page.evaluate(FOCUS, args[0])
+    if name == "select_option" and len(args) == 2:
+        return page.evaluate(SELECT_OPTION, args)
     return False
 
 
