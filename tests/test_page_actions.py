@@ -6,6 +6,7 @@ the short path with trusted events. The two paths play side by side, each on bro
 import contextlib
 import re
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -352,42 +353,46 @@ def test_a_focus_the_page_takes_long_to_handle_is_the_focus_browsergym_reports_t
     assert errors == [""] and page == browsergym_page
 
 
-def test_a_date_pickers_focus_on_a_renderer_slowed_30x_is_not_reported_failed():
-    # A busy machine's renderer, made by DevTools: focusing choose-date-medium's input builds the date picker's
-    # calendar inside the focus, which BrowserGym's 500 ms deadline did not always cover beside other work.
+@contextlib.contextmanager
+def slowed_after_reset(task: str, seed: int, rate: int):
+    """An environment's session reset to the task, then its renderer made `rate` times slower by DevTools, as a busy
+    machine's: (the session, the first observation, the page's value of a script)."""
     browser_setup.prepare()
     session = BrowserTaskEnvironment(BrowserPool(1))
     try:
-        observation = session.reset(task_name="choose-date-medium", seed=11)
+        observation = session.reset(task_name=task, seed=seed)
         devtools = session._worker.call(lambda: session._page.context.new_cdp_session(session._page))
-        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": 30})
-        (date,) = [line.split("]")[0].strip("\t[") for line in observation.axtree_txt.splitlines() if "textbox" in line]
-        result = session.step(BrowserGymAction(action_str=f"focus('{date}')"))
-        assert result.error == ""
-        assert session._worker.call(session._page.evaluate, "document.activeElement.id") == "datepicker"
+        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": rate})
+        yield session, observation, partial(session._worker.call, session._page.evaluate)
     finally:
         session.close()
+
+
+def bid_of(observation, role: str) -> str:
+    """The bid of the page's one element of the role."""
+    (bid,) = [line.split("]")[0].strip("\t[") for line in observation.axtree_txt.splitlines() if role in line]
+    return bid
+
+
+def test_a_date_pickers_focus_on_a_renderer_slowed_30x_is_not_reported_failed():
+    # Focusing choose-date-medium's input builds the date picker's calendar inside the focus, which BrowserGym's
+    # 500 ms deadline did not always cover beside other work.
+    with slowed_after_reset("choose-date-medium", 11, rate=30) as (session, observation, evaluate):
+        result = session.step(BrowserGymAction(action_str=f"focus('{bid_of(observation, 'textbox')}')"))
+        assert result.error == ""
+        assert evaluate("document.activeElement.id") == "datepicker"
 
 
 def test_a_select_option_on_a_renderer_slowed_100x_is_not_reported_failed():
     # A CI run's clinic booking on a busy machine: BrowserGym's select_option ran out of its 500 ms before the select
     # was looked at. On choose-list's select with the renderer slowed 100x, BrowserGym's code reported 10 of 10 such
     # actions failed, the short path none (docs/environment.md).
-    browser_setup.prepare()
-    session = BrowserTaskEnvironment(BrowserPool(1))
-    try:
-        observation = session.reset(task_name="choose-list", seed=11)
-        devtools = session._worker.call(lambda: session._page.context.new_cdp_session(session._page))
-        session._worker.call(devtools.send, "Emulation.setCPUThrottlingRate", {"rate": 100})
+    with slowed_after_reset("choose-list", 11, rate=100) as (session, observation, evaluate):
         item = re.search(r"Select (.+) from the list", observation.goal)[1]
-        (select,) = [
-            line.split("]")[0].strip("\t[") for line in observation.axtree_txt.splitlines() if "combobox" in line
-        ]
+        select = bid_of(observation, "combobox")
         result = session.step(BrowserGymAction(action_str=f"select_option('{select}', '{item}')"))
         assert result.error == ""
-        assert session._worker.call(session._page.evaluate, "document.getElementById('options').value") == item
-    finally:
-        session.close()
+        assert evaluate("document.getElementById('options').value") == item
 
 
 def test_a_scroll_that_fails_leaves_the_action_to_browsergym_s_code(browsers):
