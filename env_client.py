@@ -17,6 +17,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+import web_env  # noqa: F401  (first: it imports OpenEnv without OpenEnv's Gradio web interface; web_env/__init__.py)
+
+# isort: split
 from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 

@@ -74,15 +74,23 @@ UPSTREAM_STATE_FIELDS = {
 }
 
 
-def test_the_server_process_starts_without_openenvs_web_interface():
-    # Its Gradio import was some 3 s of every server start (a run's, a restart's, a container's).
-    started = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "web_env.server", "--help"], cwd=ROOT, capture_output=True, text=True
-    )
+@pytest.mark.parametrize(
+    "command", [["-m", "web_env.server", "--help"], ["-c", "import env_client"]], ids=["server", "client"]
+)
+def test_neither_side_imports_openenvs_web_interface(command):
+    # Its Gradio import was 3 to 5 s of every process that imports OpenEnv (a run, an evaluation, a server start).
+    started = subprocess.run([sys.executable, "-X", "importtime", *command], cwd=ROOT, capture_output=True, text=True)
     assert started.returncode == 0, started.stderr[-3000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in started.stderr.splitlines() if "|" in line}
-    assert {"openenv.core.env_server", "web_env.server.app"} <= imported
+    assert "openenv.core.env_server" in imported
     assert not {name for name in imported if name.startswith("gradio.")}  # its own name: the import it refused
+
+
+def test_gradio_imports_as_usual_after_the_environment_package():
+    # Only OpenEnv's own import goes without it; a logger's dashboard imported later still gets it.
+    code = "import sys, env_client, gradio; print(gradio.Blocks.__name__, 'gradio' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert imported.stdout.split() == ["Blocks", "True"], imported.stderr[-3000:]
 
 
 def test_openenvs_own_client_plays_an_episode_with_the_upstream_wire_format(env_server):

@@ -9,3 +9,17 @@
 
 The package installs on its own (its pyproject.toml), which is what the container does.
 """
+
+import sys
+
+# OpenEnv's package imports its Gradio web interface whenever Gradio is installed (one of OpenEnv's requirements):
+# 3 to 5 s of every process that imports OpenEnv (a run, an evaluation, a server start), for a page neither side of
+# this environment mounts. OpenEnv is imported here first, with Gradio's import made to fail as it would without Gradio,
+# which OpenEnv allows for (pyproject.toml's private seams); the entry is taken out again at once, so that anything
+# imported later (a logger's dashboard) gets Gradio as usual.
+if "gradio" not in sys.modules:
+    sys.modules["gradio"] = None
+    try:
+        import openenv.core  # noqa: F401
+    finally:
+        del sys.modules["gradio"]
