@@ -1,10 +1,12 @@
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from transformers import AutoTokenizer
 
 from bench.weak_starts import weak_start
@@ -40,21 +42,44 @@ def session(env_server):
         yield client
 
 
+def made_once(tmp_path_factory, worker_id: str, name: str, make) -> Path:
+    """`make(folder)` run once for all of a run's test processes (pytest-xdist's workers share their base temporary
+    folder's parent): the first to ask makes it, and one that asks meanwhile waits for it, where each would otherwise
+    make its own on the same two cores."""
+    if worker_id == "master":  # one process
+        folder = tmp_path_factory.mktemp(name)
+        make(folder)
+        return folder
+    shared = tmp_path_factory.getbasetemp().parent / name
+    made = shared.with_name(f"{name}.made")  # beside the folder, whose files the tests read
+    with FileLock(shared.with_name(f"{name}.lock")):
+        if not made.exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a process that failed making it left this
+            shared.mkdir()
+            make(shared)
+            made.touch()
+    return shared
+
+
 @pytest.fixture(scope="session")
-def half_right_model(tmp_path_factory, tiny_model, env_server):
+def half_right_model(tmp_path_factory, worker_id, tiny_model, env_server):
     """The tiny LFM2 fine-tuned to click click-test's button about half the time and a wrong element otherwise,
     so that GRPO's groups disagree and every optimizer step moves the weights; made for one-action episodes."""
-    return weak_start(
-        tiny_model,
-        tmp_path_factory.mktemp("half-right"),
-        env_server.url,
-        ["click-test"],
-        right_and_wrong,
-        EpisodeSettings(max_turns=1),
-        steps=60,
-        batch_size=4,
-        learning_rate=3e-3,
-    )
+
+    def make(folder: Path) -> None:
+        weak_start(
+            tiny_model,
+            folder,
+            env_server.url,
+            ["click-test"],
+            right_and_wrong,
+            EpisodeSettings(max_turns=1),
+            steps=60,
+            batch_size=4,
+            learning_rate=3e-3,
+        )
+
+    return str(made_once(tmp_path_factory, worker_id, "half-right", make))
 
 
 def right_and_wrong(plan, step: int) -> list[str]:
@@ -62,12 +87,14 @@ def right_and_wrong(plan, step: int) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def uninterrupted_run(tmp_path_factory, half_right_model):
+def uninterrupted_run(tmp_path_factory, worker_id, half_right_model):
     """The output directory of RESUMABLE_WITH_PHASES's run of the half-right model, uninterrupted: where a resumed
     run must end. Its log is kept beside its checkpoints, in run.log."""
-    output_dir = tmp_path_factory.mktemp("uninterrupted")
-    (output_dir / "run.log").write_text(train_here(half_right_model, output_dir, *RESUMABLE_WITH_PHASES))
-    return output_dir
+
+    def make(output_dir: Path) -> None:
+        (output_dir / "run.log").write_text(train_here(half_right_model, output_dir, *RESUMABLE_WITH_PHASES))
+
+    return made_once(tmp_path_factory, worker_id, "uninterrupted", make)
 
 
 # Each test file's seconds in a run of both tiers on two processes (bench/suite_timeline.py --file-seconds).
