@@ -32,15 +32,16 @@ ifeq ($(GPU),)
 endif
 	touch $@
 
-# Playwright's own Chromium if it can be downloaded, else the system's; browser_setup.py finds either.
+# Debian's Chromium headless shell where apt-get is (what Playwright runs headless since 1.49; BrowserGym pins 1.44,
+# whose own download would be the full browser), else Playwright's own Chromium; browser_setup.py finds either.
 .PHONY: chromium
 chromium: $(VENV)/installed
-	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then \
-		echo "Chromium: $$(command -v chromium || command -v chromium-browser)"; \
+	@if command -v chromium-headless-shell >/dev/null; then \
+		echo "Chromium: $$(command -v chromium-headless-shell)"; \
 	elif command -v apt-get >/dev/null; then \
-		echo "Chromium: installing Debian's chromium package"; \
+		echo "Chromium: installing Debian's chromium-headless-shell package"; \
 		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
-		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium >/dev/null; \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium-headless-shell >/dev/null; \
 	else \
 		$(PY) -m playwright install chromium; \
 	fi

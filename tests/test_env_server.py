@@ -8,11 +8,13 @@ import inspect
 import io
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -324,6 +326,16 @@ def cpu_seconds(pids: set[int]) -> dict[int, float]:
             times = psutil.Process(pid).cpu_times()
             seconds[pid] = times.user + times.system
     return seconds
+
+
+def test_the_servers_browsers_are_chromiums_headless_shell_where_the_system_has_one(env_server, session):
+    """make setup installs Debian's chromium-headless-shell beside chromium, and the server picks the shell."""
+    shell = shutil.which("chromium-headless-shell")
+    assert shell, "make setup installs chromium-headless-shell"
+    session.reset(task_name="click-test", seed=0)
+    # Debian's chromium-headless-shell is a shell script that starts /usr/lib/chromium/chromium-headless-shell.
+    programs = {Path(f"/proc/{pid}/exe").resolve().name for pid in chromium_processes(env_server.pid)}
+    assert "chromium-headless-shell" in programs and "chromium" not in programs, programs
 
 
 def test_the_servers_cpu_counts_its_browsers_not_only_its_own_python(env_server, session):
