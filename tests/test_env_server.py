@@ -329,9 +329,11 @@ def cpu_seconds(pids: set[int]) -> dict[int, float]:
 
 
 def test_the_servers_browsers_are_chromiums_headless_shell_where_the_system_has_one(env_server, session):
-    """make setup installs Debian's chromium-headless-shell beside chromium, and the server picks the shell."""
-    shell = shutil.which("chromium-headless-shell")
-    assert shell, "make setup installs chromium-headless-shell"
+    """make setup installs Debian's chromium-headless-shell where apt-get is, and the server takes it before any full
+    Chromium on the machine."""
+    if shutil.which("apt-get") is None:
+        pytest.skip("make setup installs chromium-headless-shell with apt-get, and there is none here")
+    assert shutil.which("chromium-headless-shell"), "make setup installs chromium-headless-shell"
     session.reset(task_name="click-test", seed=0)
     # Debian's chromium-headless-shell is a shell script that starts /usr/lib/chromium/chromium-headless-shell.
     programs = {Path(f"/proc/{pid}/exe").resolve().name for pid in chromium_processes(env_server.pid)}
