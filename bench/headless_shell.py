@@ -20,28 +20,29 @@ import subprocess
 import sys
 import time
 
-import psutil
-
 BROWSERS = {"headless shell": "chromium-headless-shell", "full browser": "chromium"}
 
 
-def cpu_s() -> float:
-    """The whole machine's busy CPU seconds so far: renderers that come and go are counted too."""
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - times.iowait
-
-
-def play(binary: str, episodes: int) -> dict:
-    """In this process: the launches' and the episodes' seconds and CPU-seconds, each per launch or episode."""
-    from browser_rl.tasks import PRESETS
-    from warm_start.plans import plan
-    from web_env.models import BrowserGymAction
+def use_only(binary: str) -> None:
+    """Set this process up to drive MiniWoB pages in `binary` and no other Chromium."""
     from web_env.server import browser_setup
-    from web_env.server.browsers import BrowserPool
-    from web_env.server.environment import BrowserTaskEnvironment
 
     browser_setup.SYSTEM_CHROMIUMS = (binary,)
     browser_setup.prepare()
+
+
+def play(binary: str, episodes: int) -> dict:
+    """In this process: the launches' and the episodes' seconds and CPU-seconds, each per launch or episode. The
+    machine's CPU, so that renderers that come and go are counted too."""
+    from env_throughput import machine_cpu_seconds as cpu_s  # bench/env_throughput.py, beside this script
+
+    from browser_rl.tasks import PRESETS
+    from warm_start.plans import plan
+    from web_env.models import BrowserGymAction
+    from web_env.server.browsers import BrowserPool
+    from web_env.server.environment import BrowserTaskEnvironment
+
+    use_only(binary)
     launches, started, cpu = 3, time.perf_counter(), cpu_s()
     for _ in range(launches):
         session = BrowserTaskEnvironment(BrowserPool(1))
@@ -71,12 +72,10 @@ def play(binary: str, episodes: int) -> dict:
 
 def first_pages(binary: str) -> dict[str, list[str]]:
     """In this process: every MiniWoB task's goal and accessibility tree at its first reset, seed 3."""
-    from web_env.server import browser_setup
     from web_env.server.browsers import BrowserPool
     from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
 
-    browser_setup.SYSTEM_CHROMIUMS = (binary,)
-    browser_setup.prepare()
+    use_only(binary)
     session = BrowserTaskEnvironment(BrowserPool(1))
     pages = {}
     for task in sorted(TASK_CLASSES):

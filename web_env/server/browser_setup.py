@@ -32,7 +32,7 @@ def use_packaged_miniwob_pages() -> None:
 
 # The system's Chromium builds Playwright can drive headless, the lightest first: Chromium's old headless shell
 # (Debian's chromium-headless-shell, what Playwright itself runs headless since 1.49) launches in about half the CPU
-# of the full browser and plays an episode in 5 to 20% less (docs/environment.md, "Chromium's headless shell").
+# of the full browser and plays an episode in 6 to 24% less (docs/environment.md, "Chromium's headless shell").
 SYSTEM_CHROMIUMS = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser", "google-chrome")
 
 
