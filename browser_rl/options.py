@@ -240,6 +240,15 @@ class EvalArguments:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 
+@dataclass
+class CompareArguments:
+    """Which two evaluations compare.py pairs, and where it writes the comparison."""
+
+    before: str = field(metadata={"help": "evaluate.py output directory of the model before (the start)"})
+    after: str = field(metadata={"help": "evaluate.py output directory of the model after, on the same instances"})
+    output: str | None = field(default=None, metadata={"help": "also write the comparison to this JSON file"})
+
+
 # Seeds of recorded demonstrations start here: apart from training's (0 .. num_task_seeds - 1) and evaluation's
 # (from 1,000,000), so that no evaluated instance was ever demonstrated.
 FIRST_DEMONSTRATION_SEED = 2_000_000
