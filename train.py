@@ -28,11 +28,12 @@ from trl import ModelConfig, get_peft_config
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.dynamic_sampling import GroupDraws, StepPlay
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.evaluation import measured_success
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from browser_rl.gguf import as_checkpoint
-from browser_rl.metrics import MetricsLog, StepPrinter, episodes_by_task, step_metrics
+from browser_rl.metrics import MetricsLog, StepPrinter, step_metrics
 from browser_rl.options import (
     EpisodeArguments,
     RecipeConfig,
@@ -51,6 +52,8 @@ from rewards import task_success
 
 log = logging.getLogger("train")
 
+# Without max_groups_per_step, a step that wants informative groups plays at most this many times its groups.
+MAX_GROUPS_PER_STEP = 4
 OPTIONS = (TaskArguments, EpisodeArguments, ServerArguments, SftPhaseArguments, RecipeConfig, ModelConfig)
 
 
@@ -78,31 +81,33 @@ def timed(generate: GenerateFn) -> tuple[GenerateFn, list[float]]:
 def make_rollout_func(
     runner: EpisodeRunner,
     dataset: Dataset,
-    sampler: TaskSampler,
+    draws: GroupDraws,
     phases: SftPhases,
     max_env_failures: int,
     traces: TrainingTraces,
 ):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out. A step
-    plays its episodes, measures them, keeps its successes for the SFT phases, and every trace_every steps traces a
-    few of the first rank's."""
+    plays its groups (again where too few disagree: browser_rl.dynamic_sampling), measures every episode it played,
+    keeps its successes for the SFT phases, and every trace_every steps traces a few of the first rank's."""
     seed_of_prompt = {row["prompt"]: row["seed"] for row in dataset}
 
     def rollout(prompts: list[str], trainer: RecipeTrainer) -> dict[str, list]:
         all_prompts = gather_object(list(prompts))
-        instances = task_instances(prompts, all_prompts, seed_of_prompt, sampler)
+        instances = task_instances(all_prompts, all_prompts, seed_of_prompt, draws.sampler)
         step, args = trainer.state.global_step + 1, trainer.args
         served = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
         traced = trainer.accelerator.is_main_process and covers_a_traced_step(step, served, args.trace_every)
-        episodes, outcomes, figures = play_step(runner, instances, trainer, max_env_failures, all_prompts, traced)
+        first = trainer.accelerator.process_index * len(prompts)
+        rounds = StepRounds(runner, trainer, range(first, first + len(prompts)), max_env_failures, traced)
+        played = draws.play(instances, trainer.num_generations, step, rounds)
+        episodes = [played.episodes[slot] for slot in rounds.mine]
+        figures = rounds.figures(played)
         if traced:
             traces.write(step, episodes, trainer.callback_handler.callbacks)
-        for task, of_task in episodes_by_task(outcomes).items():
-            sampler.update(task, [outcome.solved for outcome in of_task])
-        if len(sampler.weights) > 1:  # what the sampler will draw next
-            figures |= {f"tasks/{t}/probability": p for t, p in sampler.probabilities().items()}
+        if len(draws.sampler.weights) > 1:  # what the sampler will draw next
+            figures |= {f"tasks/{t}/probability": p for t, p in draws.sampler.probabilities().items()}
         if phases.enabled:  # every rank keeps every rank's successes, as they were played
-            phases.keep(gather_object([(e.context(), e.reply_mask()) for e in episodes if e.solved]))
+            phases.keep(gather_object([(e.context(), e.reply_mask()) for e in played.played if e.solved]))
             figures["sft_phase/buffer"] = len(phases.buffer)
         return {
             "prompt_ids": [e.prompt_ids for e in episodes],
@@ -119,27 +124,34 @@ def make_rollout_func(
     return rollout
 
 
-def play_step(
-    runner: EpisodeRunner,
-    instances: list[TaskInstance],
-    trainer: RecipeTrainer,
-    max_env_failures: int,
-    all_prompts: list[str],
-    traced: bool,
-) -> tuple[list[Episode], list[Episode], dict]:
-    """This rank's episodes of the step (a batch the environment failed is played again; traced, with their pages'
-    images), every rank's outcomes (Episode.outcome), in rank order as all_prompts, and their figures; the step takes
-    as long as its slowest rank."""
-    generate, generating = timed(trainer_generate(trainer))
-    start, cpu_before = time.perf_counter(), runner.servers.cpu_readings()
-    context = longest_context(trainer)
-    episodes = runner.run_until_played(instances, sampling(generate), context, max_env_failures, traced)
-    seconds = time.perf_counter() - start
-    cpu = cpu_s_per_episode(cpu_before, runner.servers.cpu_readings())
-    seconds, generation_s = max(gather_object([(seconds, sum(generating))]))
-    outcomes = gather_object([episode.outcome() for episode in episodes])
-    cpu_s = [reading for reading in gather_object([cpu]) if reading is not None]
-    return episodes, outcomes, step_metrics(outcomes, all_prompts, seconds, generation_s, cpu_s)
+class StepRounds:
+    """Plays the rounds of a step (browser_rl.dynamic_sampling.PlayRound) on this rank's slots (`mine`), a batch the
+    environment failed played again (traced, with their pages' images), and times them all: the step takes as long
+    as its slowest rank."""
+
+    def __init__(self, runner: EpisodeRunner, trainer: RecipeTrainer, mine: range, max_env_failures: int, traced):
+        self.runner, self.mine, self.max_env_failures, self.traced = runner, mine, max_env_failures, traced
+        self.generate, self.generating = timed(trainer_generate(trainer))
+        self.context = longest_context(trainer)
+        self.start, self.cpu_before = time.perf_counter(), runner.servers.cpu_readings()
+
+    def __call__(self, slots: dict[int, TaskInstance]) -> tuple[dict[int, Episode], dict[int, Episode]]:
+        own = [slot for slot in sorted(slots) if slot in self.mine]
+        policy = sampling(self.generate)
+        played = self.runner.run_until_played(
+            [slots[slot] for slot in own], policy, self.context, self.max_env_failures, self.traced
+        )
+        mine = dict(zip(own, played, strict=True))
+        outcomes = dict(gather_object([(slot, episode.outcome()) for slot, episode in mine.items()]))
+        return mine, outcomes
+
+    def figures(self, played: StepPlay) -> dict:
+        """The figures of every episode the step played, every rank's."""
+        seconds = time.perf_counter() - self.start
+        cpu = cpu_s_per_episode(self.cpu_before, self.runner.servers.cpu_readings())
+        seconds, generation_s = max(gather_object([(seconds, sum(self.generating))]))
+        cpu_s = [reading for reading in gather_object([cpu]) if reading is not None]
+        return step_metrics(played.outcomes, played.groups_of_outcomes, seconds, generation_s, cpu_s) | played.figures()
 
 
 def longest_context(trainer: RecipeTrainer) -> int:
@@ -202,6 +214,19 @@ def build_trainer(
         seed=training_args.seed,
         measured=measured_at_start(tasks, training_args),
     )
+    groups_per_step = training_args.generation_batch_size // training_args.num_generations
+    if tasks.informative_groups > groups_per_step:
+        raise ConfigError(
+            f"informative_groups: {tasks.informative_groups} of a step's {groups_per_step} groups "
+            "(generation_batch_size / num_generations)"
+        )
+    draws = GroupDraws(
+        sampler,
+        tasks.num_task_seeds,
+        wanted=tasks.informative_groups,
+        max_groups=tasks.max_groups_per_step or MAX_GROUPS_PER_STEP * groups_per_step,
+        seed=training_args.seed,
+    )
     sft_phases = SftPhases(
         steps=phases.sft_phase_steps,
         every=phases.sft_phase_every,
@@ -224,7 +249,7 @@ def build_trainer(
         rollout_func=make_rollout_func(
             runner,
             dataset,
-            sampler,
+            draws,
             sft_phases,
             max_env_failures,
             TrainingTraces(training_args.output_dir, runner.settings.max_page_chars),

@@ -149,6 +149,18 @@ def skipped_training(logs: dict) -> str:
     return f" ({100 * skipped:.0f}% of micro-batches skipped: no advantage)" if skipped else ""
 
 
+def group_signal(logs: dict) -> str:
+    """| groups 3/4 disagree, 7 played (1 skipped): how many of the update's groups have an advantage, and what was
+    played to find them (browser_rl.dynamic_sampling)."""
+    if "groups/informative" not in logs:
+        return ""
+    skipped = f" ({logs['groups/skipped']:.0f} skipped)" if logs.get("groups/skipped") else ""
+    return (
+        f" | groups {logs['groups/informative']:.0f}/{logs['groups/in_update']:.0f} disagree,"
+        f" {logs['groups/played']:.0f} played{skipped}"
+    )
+
+
 def environment_cost(logs: dict) -> str:
     """| environment 0.05 CPU-s/episode, 96% restarted in the page: what the servers report of their CPU, and the
     share of resets that restarted in a loaded page."""
@@ -183,7 +195,7 @@ class StepPrinter(TrainerCallback):
         logs = with_training_time(logs)
         log.info(
             "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
-            " | entropy %.3f | lr %.2e | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s%s",
+            " | entropy %.3f | lr %.2e%s | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s%s",
             state.global_step,
             state.max_steps,
             100 * logs.get("episodes/success_rate", float("nan")),
@@ -195,6 +207,7 @@ class StepPrinter(TrainerCallback):
             logs.get("loss", float("nan")),
             logs.get("entropy", float("nan")),
             logs.get("learning_rate", 0.0),
+            group_signal(logs),
             logs.get("episodes/per_second", 0.0),
             logs.get("time/generation_s", float("nan")),
             logs.get("time/environment_s", float("nan")),

@@ -47,6 +47,21 @@ class TaskArguments:
         },
     )
 
+    informative_groups: int = field(
+        default=0,
+        metadata={
+            "help": "GRPO steps train on at least this many groups whose episodes disagree (some solved, some not): "
+            "a group that agreed is replaced by a new draw until they do, and an instance that agreed last time is "
+            "skipped once (browser_rl/dynamic_sampling.py); 0: every group as drawn"
+        },
+    )
+    max_groups_per_step: int = field(
+        default=0,
+        metadata={
+            "help": "with informative_groups, the most groups a step plays, its own included; 0: 4 times its own"
+        },
+    )
+
     def __post_init__(self):
         task_modules.load(self.task_modules)  # their tasks are known from here on
         if self.task_name not in known_tasks():
@@ -54,6 +69,8 @@ class TaskArguments:
         self.task_weights()  # a mistake in the list fails here
         if self.num_task_seeds <= 0:
             raise ValueError(f"num_task_seeds must be positive, got {self.num_task_seeds}")
+        if self.informative_groups < 0 or self.max_groups_per_step < 0:
+            raise ValueError("informative_groups and max_groups_per_step take 0 or more")
         if self.curriculum_start and not self.curriculum:
             raise ValueError("curriculum_start is where the curriculum starts: set curriculum to true as well")
 

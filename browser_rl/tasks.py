@@ -137,6 +137,7 @@ class TaskSampler:
         # What each task is owed starts at random, so that the order of the first round is the seed's, not the config's.
         start = random.Random(seed)
         self._owed = {task: start.random() for task in weights}
+        self.agreed: set[TaskInstance] = set()  # the instances whose last group's episodes all got one reward
 
     def probabilities(self) -> dict[str, float]:
         weights = dict(self.weights)
@@ -157,8 +158,22 @@ class TaskSampler:
         rate = sum(solved) / len(solved)
         self.success[task] = SUCCESS_SMOOTHING * self.success[task] + (1 - SUCCESS_SMOOTHING) * rate
 
+    def record_group(self, instance: TaskInstance, solved: list[bool]) -> None:
+        """What a group of `instance` ended with: whether its episodes agreed (browser_rl.dynamic_sampling)."""
+        if len(set(solved)) == 1:
+            self.agreed.add(instance)
+        else:
+            self.agreed.discard(instance)
+
+    def agreed_last_time(self, instance: TaskInstance) -> bool:
+        return instance in self.agreed
+
+    def forget(self, instance: TaskInstance) -> None:
+        self.agreed.discard(instance)
+
     def save(self, directory: str | Path) -> None:
-        (Path(directory) / STATE_FILE).write_text(json.dumps({"success": self.success, "owed": self._owed}))
+        state = {"success": self.success, "owed": self._owed, "agreed": sorted(self.agreed)}
+        (Path(directory) / STATE_FILE).write_text(json.dumps(state))
 
     def load(self, directory: str | Path) -> None:
         """The state a checkpoint saved, if it saved one (checkpoints written before the sampler's state was kept
@@ -167,3 +182,4 @@ class TaskSampler:
         if path.exists():
             saved = json.loads(path.read_text())
             self.success, self._owed = saved["success"], saved["owed"]
+            self.agreed = {(task, seed) for task, seed in saved.get("agreed", [])}
