@@ -137,11 +137,13 @@ class StepRounds:
 
     def __call__(self, slots: dict[int, TaskInstance]) -> tuple[dict[int, Episode], dict[int, Episode]]:
         own = [slot for slot in sorted(slots) if slot in self.mine]
-        policy = sampling(self.generate)
-        played = self.runner.run_until_played(
-            [slots[slot] for slot in own], policy, self.context, self.max_env_failures, self.traced
-        )
-        mine = dict(zip(own, played, strict=True))
+        mine = {}
+        if own:  # a round may replay only other ranks' groups
+            instances = [slots[slot] for slot in own]
+            played = self.runner.run_until_played(
+                instances, sampling(self.generate), self.context, self.max_env_failures, self.traced
+            )
+            mine = dict(zip(own, played, strict=True))
         outcomes = dict(gather_object([(slot, episode.outcome()) for slot, episode in mine.items()]))
         return mine, outcomes
 
