@@ -128,13 +128,17 @@ def model_generate(model, tokenizer, temperature: float, max_new_tokens: int) ->
 
 
 class TurnCachedGeneration:
-    """Sampling each context on its own, keeping the key/value cache of each from the last call.
+    """Sampling each context on its own, keeping the key/value cache of each from the last call, and prefilling once
+    what the contexts of a call begin with alike.
 
     An episode's next context extends its last one (the reply and the next page appended), so its next turn
     prefills only the new tokens, where a batched `generate` prefills the whole stream again: on a 10-turn episode,
     about six times the tokens (docs/real_model.md). A context goes on from the cache whose tokens it begins with,
-    and takes it; the caches of episodes that ended stay until this object goes, so make one for a batch of
-    episodes whose weights do not change meanwhile: an evaluation's batch, or a training step's rollout."""
+    and takes it. Contexts that no cache continues and that begin alike (every first prompt with the system prompt;
+    a GRPO group's episodes, or repeated samples of one seed, with their whole first page) share a prefix cache,
+    prefilled once and copied for each. The caches of episodes that ended stay until this object goes, so make one
+    for a batch of episodes whose weights do not change meanwhile: an evaluation's batch, or a training step's
+    rollout."""
 
     def __init__(self, generation_config: GenerationConfig, eos_token_ids: list[int], temperature: float):
         self.temperature = temperature
@@ -142,8 +146,12 @@ class TurnCachedGeneration:
         self.config = copy.deepcopy(generation_config)
         self.config.update(output_logits=True, return_dict_in_generate=True)
         self.caches: list[tuple[list[int], Cache]] = []  # the tokens each cache holds, and the cache
+        self.prefixes: list[tuple[list[int], Cache]] = []  # shared prefixes' caches: copied, never taken
 
     def replies(self, model, contexts: list[list[int]]) -> list[Reply]:
+        fresh = [context for context in contexts if self._episode_cache(context) is None]
+        for prefix in shared_prefixes(fresh):
+            self._prefill_prefix(model, prefix)
         return [self._continue(model, context) for context in contexts]
 
     def _continue(self, model, context: list[int]) -> Reply:
@@ -159,13 +167,46 @@ class TurnCachedGeneration:
         self.caches.append((tokens[: out.cache.get_seq_length()], out.cache))  # all but the last token sampled
         return sampled_replies(out, len(context), self.eos_token_ids, self.temperature)[0]
 
+    def _prefill_prefix(self, model, prefix: list[int]) -> None:
+        if any(tokens == prefix for tokens, _ in self.prefixes):
+            return
+        cache = self._prefix_cache(prefix)
+        start = cache.get_seq_length() if cache is not None else 0
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([prefix[start:]], device=model.device), cache=cache, use_cache=True)
+        self.prefixes.append((prefix, out.cache))
+
+    def _episode_cache(self, context: list[int]) -> int | None:
+        """The index of the episode's cache whose tokens `context` begins with (and goes beyond), if any."""
+        return next((i for i, (tokens, _) in enumerate(self.caches) if extends(context, tokens)), None)
+
+    def _prefix_cache(self, context: list[int]) -> Cache | None:
+        """A copy of the longest shared prefix's cache that `context` begins with (and goes beyond), if any."""
+        prefixes = [(tokens, cache) for tokens, cache in self.prefixes if extends(context, tokens)]
+        return copy.deepcopy(max(prefixes, key=lambda p: len(p[0]))[1]) if prefixes else None
+
     def _cache_of(self, context: list[int]) -> Cache | None:
-        """Takes the cache whose tokens `context` begins with (and goes beyond); None if there is none."""
-        for index, (tokens, cache) in enumerate(self.caches):
-            if len(tokens) < len(context) and context[: len(tokens)] == tokens:
-                del self.caches[index]
-                return cache
-        return None
+        """Takes the episode's own cache that `context` continues; else a copy of a shared prefix's; else None."""
+        index = self._episode_cache(context)
+        if index is not None:
+            return self.caches.pop(index)[1]
+        return self._prefix_cache(context)
+
+
+def extends(context: list[int], tokens: list[int]) -> bool:
+    return len(tokens) < len(context) and context[: len(tokens)] == tokens
+
+
+def shared_prefixes(contexts: list[list[int]]) -> list[list[int]]:
+    """What contexts prefill once, shortest first: the prefix they all share (the system prompt, for first prompts),
+    and each context that comes more than once but for its last token, which its own generation prefills."""
+    if len(contexts) < 2:
+        return []
+    shortest = min(contexts, key=len)
+    common = next((i for i, token in enumerate(shortest) if any(c[i] != token for c in contexts)), len(shortest))
+    common = min(common, len(shortest) - 1)
+    prefixes = {tuple(contexts[0][:common])} | {tuple(c[:-1]) for c in contexts if contexts.count(c) > 1}
+    return [list(prefix) for prefix in sorted(prefixes, key=len) if prefix]
 
 
 def cached_generate(model, tokenizer, temperature: float, max_new_tokens: int) -> GenerateFn:

@@ -220,7 +220,7 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
 
         return policy
 
-    instances = [("click-test", 0), ("click-test", 1)]
+    instances = [("click-button", 0), ("click-button", 1)]  # two pages
     try:
         whole = runner.run(instances, recording(model_generate(model, tokenizer, 0, 8)))
         contexts.clear()
@@ -232,14 +232,30 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
     assert [e.completion_ids for e in cached] == [e.completion_ids for e in whole]
     assert [e.turns for e in cached] == [3, 3]  # the tiny model writes no action: each turn's stream grows
     # A turn's prefill starts where the episode's cache of its last turn ends: its last reply's final token (never
-    # fed while sampling) and the new page; the first turn's is the whole prompt.
-    expected = 0
+    # fed while sampling) and the new page; the first turn's is the whole prompt, less what both first prompts begin
+    # with (the system prompt and the page's first lines), which is prefilled once.
+    first_prompts = [turns[0] for turns in contexts.values()]
+    shared = next(i for i, (a, b) in enumerate(zip(*first_prompts)) if a != b)
+    assert shared > 100
+    expected = shared
     for turns in contexts.values():
-        expected += len(turns[0])
+        expected += len(turns[0]) - shared
         for before, now in itertools.pairwise(turns):
             reply = 8  # the tiny model's replies run to max_new_tokens
             expected += len(now) - (len(before) + reply - 1)
     assert sum(n for n in fed if n > 1) == expected
+
+
+def test_a_groups_identical_first_prompts_are_prefilled_once_and_reply_as_a_whole_prefill_does(tiny_model):
+    model, tokenizer = load_policy(tiny_model)
+    fed = []  # the tokens of each forward pass: a prefill, or one sampled token
+    model.register_forward_pre_hook(lambda _, args, kwargs: fed.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    page = tokenizer.encode("<|im_start|>user\nthe same first page for the group's four episodes<|im_end|>\n")
+    replies = cached_generate(model, tokenizer, 0, 8)([page] * 4)
+    assert sum(n for n in fed if n > 1) == len(page) - 1  # once; each episode then feeds the last token itself
+    (expected,) = model_generate(model, tokenizer, 0, 8)([page])
+    for reply in replies:
+        assert reply.ids == expected.ids and reply.logprobs == pytest.approx(expected.logprobs, abs=1e-4)
 
 
 def test_each_context_goes_on_from_its_own_episodes_cache_in_whatever_order_the_episodes_come(tiny_model):
