@@ -38,6 +38,7 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import Reply, cached_generate, load_policy
 from browser_rl.gguf import as_checkpoint, is_gguf
+from browser_rl.headroom import seed_statistics
 from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import Episode, EpisodeRunner, Policy, sampling
@@ -103,7 +104,7 @@ def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[T
     args.first_seed for each of the tasks, and no limit of its own."""
     if args.benchmark is None:
         seeds = range(args.first_seed, args.first_seed + args.episodes)
-        return [(task, seed) for task in tasks.task_weights() for seed in seeds], None
+        return [(task, seed) for task in tasks.task_weights() for seed in seeds for _ in range(args.samples)], None
     benchmark = browsergym_benchmark(args.benchmark, args.split)
     (max_steps,) = {env_args.max_steps for env_args in benchmark.env_args_list}
     return [(a.task_name.removeprefix("miniwob."), a.task_seed) for a in benchmark.env_args_list], max_steps
@@ -139,6 +140,16 @@ def batches_keeping_tasks(instances: list[TaskInstance], batch_size: int) -> lis
     return batches
 
 
+def batches_of_samples(instances: list[TaskInstance], batch_size: int, samples: int) -> list[list[TaskInstance]]:
+    """batches_keeping_tasks, a seed's samples in one batch, so that they prefill their first page once
+    (browser_rl.generation.TurnCachedGeneration)."""
+    if samples == 1:
+        return batches_keeping_tasks(instances, batch_size)
+    repeats = Counter(instances)
+    units = batches_keeping_tasks(list(repeats), max(1, batch_size // samples))
+    return [[instance for instance in unit for _ in range(repeats[instance])] for unit in units]
+
+
 def summarize(records: list[dict]) -> dict:
     """Success as the recipe scores it (rewards.solved), with its interval, and as BrowserGym scores it (which pays
     some pages' partial credit: docs/reward_audit.md), turns to success and replies without an action."""
@@ -155,6 +166,16 @@ def summarize(records: list[dict]) -> dict:
         "ci95": [low, high],
         "mean_turns_to_success": sum(r["turns"] for r in solved) / len(solved) if solved else None,
         "unparsed_share": sum(action is None for action in replies) / max(len(replies), 1),
+    }
+
+
+def samples_per_seed(records: list[dict], samples: int) -> dict | None:
+    """With several samples of each seed, what they say of each task and of all (browser_rl.headroom)."""
+    if samples == 1:
+        return None
+    by_task = grouped(records, lambda r: r["task_name"])
+    return {task: seed_statistics(of_task, samples) for task, of_task in by_task.items()} | {
+        "all": seed_statistics(records, samples)
     }
 
 
@@ -273,7 +294,7 @@ def run_episodes(
     if records:
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
     with open(output_dir / "episodes.jsonl", "a") as episodes_file:
-        for batch in batches_keeping_tasks(still_to_play(instances, records), args.batch_size):
+        for batch in batches_of_samples(still_to_play(instances, records), args.batch_size, args.samples):
             traced = args.traces is not None
             # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
             policy = sampling(cached_generate(model, tokenizer, args.temperature, args.max_new_tokens))
@@ -357,6 +378,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
             "protocol_differences": protocol_differences(play.settings) if args.benchmark else [],
             "episode_settings": asdict(play.settings),
             "overridden_settings": list(play.overridden),
+            "headroom": samples_per_seed(records, args.samples),
             "seeds": [list(instance) for instance in instances],
             "arguments": settings,
         }
@@ -432,6 +454,19 @@ def settings_lines(summary: dict) -> list[str]:
     ]
 
 
+def samples_lines(summary: dict) -> list[str]:
+    """With several samples of each seed: pass@1 against pass@k, and the seeds never, sometimes and always solved."""
+    if not summary.get("headroom"):
+        return []
+    k = summary["arguments"]["samples"]
+    h = summary["headroom"]["all"]
+    return [
+        f"  {k} samples of each of {h['seeds']} seeds: pass@1 {100 * h['pass@1']:.1f}%, pass@{k}"
+        f" {100 * h[f'pass@{k}']:.1f}%; seeds solved never {100 * h['never']:.0f}%, sometimes"
+        f" {100 * h['sometimes']:.0f}%, always {100 * h['always']:.0f}%"
+    ]
+
+
 def report(summary: dict) -> str:
     args = summary["arguments"]
     decoding = f"temperature {args['temperature']}" if args["temperature"] else "greedy"
@@ -450,6 +485,7 @@ def report(summary: dict) -> str:
                 f" ({summary['browsergym_solved']}/{summary['episodes']})",
                 f"  turns to success (mean)  {'-' if turns is None else f'{turns:.2f}'}",
                 f"  replies without a valid action  {100 * summary['unparsed_share']:.1f}%",
+                *samples_lines(summary),
                 *settings_lines(summary),
                 output,
             ]
@@ -465,6 +501,7 @@ def report(summary: dict) -> str:
         success_line("all episodes", summary),
         *(success_line(f"{split} split", s) for split, s in summary["splits"].items()),
         task_table(summary),
+        *samples_lines(summary),
         f"  {summary['episodes_per_second']:.2f} episodes/s"
         + ("" if cpu is None else f", environment {cpu:.3f} CPU-s/episode"),
         *settings_lines(summary),

@@ -221,6 +221,9 @@ class EvalArguments:
 
     model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
     episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
+    samples: int = field(
+        default=1, metadata={"help": "episodes per seed, sampled alike (with --temperature): pass@k of k samples"}
+    )
     first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
     temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
@@ -252,7 +255,9 @@ class EvalArguments:
             raise ValueError(f"split: {self.split!r}: --split takes train or test, with --benchmark")
         if self.traces is not None and not (self.traces in ("all", "failures") or self.traces.isdigit()):
             raise ValueError(f"traces: expected all, failures or a number of episodes per task, got {self.traces!r}")
-        for name in ("episodes", "batch_size", "max_new_tokens"):
+        if self.samples > 1 and not self.temperature:
+            raise ValueError(f"samples: {self.samples} greedy episodes of one seed are one episode: set --temperature")
+        for name in ("episodes", "samples", "batch_size", "max_new_tokens"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
