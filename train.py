@@ -33,6 +33,7 @@ from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.evaluation import measured_success
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from browser_rl.gguf import as_checkpoint
+from browser_rl.guidance import guided
 from browser_rl.metrics import MetricsLog, StepPrinter, step_metrics
 from browser_rl.options import (
     EpisodeArguments,
@@ -41,7 +42,7 @@ from browser_rl.options import (
     SftPhaseArguments,
     TaskArguments,
 )
-from browser_rl.rollout import Episode, EpisodeRunner, sampling
+from browser_rl.rollout import EpisodeRunner, Policy, sampling
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskInstance, TaskSampler, task_instances
@@ -49,6 +50,7 @@ from browser_rl.traces import TrainingTraces, covers_a_traced_step
 from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu
 from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import task_success
+from warm_start.guides import guide_of_tasks
 
 log = logging.getLogger("train")
 
@@ -82,6 +84,7 @@ def make_rollout_func(
     runner: EpisodeRunner,
     dataset: Dataset,
     draws: GroupDraws,
+    guide: Policy | None,
     phases: SftPhases,
     max_env_failures: int,
     traces: TrainingTraces,
@@ -98,7 +101,7 @@ def make_rollout_func(
         served = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
         traced = trainer.accelerator.is_main_process and covers_a_traced_step(step, served, args.trace_every)
         first = trainer.accelerator.process_index * len(prompts)
-        rounds = StepRounds(runner, trainer, range(first, first + len(prompts)), max_env_failures, traced)
+        rounds = StepRounds(runner, trainer, range(first, first + len(prompts)), guide, max_env_failures, traced)
         played = draws.play(instances, trainer.num_generations, step, rounds)
         episodes = [played.episodes[slot] for slot in rounds.mine]
         figures = rounds.figures(played)
@@ -125,23 +128,24 @@ def make_rollout_func(
 
 
 class StepRounds:
-    """Plays the rounds of a step (browser_rl.dynamic_sampling.PlayRound) on this rank's slots (`mine`), a batch the
-    environment failed played again (traced, with their pages' images), and times them all: the step takes as long
-    as its slowest rank."""
+    """Plays the rounds of a step (browser_rl.dynamic_sampling.PlayRound) on this rank's slots (`mine`), their guided
+    turns by `guide`, a batch the environment failed played again (traced, with their pages' images), and times them
+    all: the step takes as long as its slowest rank."""
 
-    def __init__(self, runner: EpisodeRunner, trainer: RecipeTrainer, mine: range, max_env_failures: int, traced):
+    def __init__(self, runner: EpisodeRunner, trainer, mine: range, guide: Policy | None, max_env_failures, traced):
         self.runner, self.mine, self.max_env_failures, self.traced = runner, mine, max_env_failures, traced
         self.generate, self.generating = timed(trainer_generate(trainer))
+        self.policy = sampling(self.generate) if guide is None else guided(sampling(self.generate), guide)
         self.context = longest_context(trainer)
         self.start, self.cpu_before = time.perf_counter(), runner.servers.cpu_readings()
 
-    def __call__(self, slots: dict[int, TaskInstance]) -> tuple[dict[int, Episode], dict[int, Episode]]:
+    def __call__(self, slots: dict[int, TaskInstance], guide_turns: dict[int, int]):
         own = [slot for slot in sorted(slots) if slot in self.mine]
         mine = {}
         if own:  # a round may replay only other ranks' groups
-            instances = [slots[slot] for slot in own]
+            instances, turns = [slots[slot] for slot in own], [guide_turns[slot] for slot in own]
             played = self.runner.run_until_played(
-                instances, sampling(self.generate), self.context, self.max_env_failures, self.traced
+                instances, self.policy, self.context, self.max_env_failures, self.traced, turns
             )
             mine = dict(zip(own, played, strict=True))
         outcomes = dict(gather_object([(slot, episode.outcome()) for slot, episode in mine.items()]))
@@ -222,12 +226,20 @@ def build_trainer(
             f"informative_groups: {tasks.informative_groups} of a step's {groups_per_step} groups "
             "(generation_batch_size / num_generations)"
         )
+    guide, guided_tasks = None, frozenset()
+    if tasks.guided_episodes:
+        guide, guided_tasks = guide_of_tasks(runner.chat, list(tasks.task_weights()), tasks.task_modules)
+        if not guided_tasks:
+            raise ConfigError("guided_episodes: none of the tasks has an expert or a scripted plan to guide it")
+        log.info("guided episodes for %s", ", ".join(sorted(guided_tasks)))
     draws = GroupDraws(
         sampler,
         tasks.num_task_seeds,
         wanted=tasks.informative_groups,
         max_groups=tasks.max_groups_per_step or MAX_GROUPS_PER_STEP * groups_per_step,
         seed=training_args.seed,
+        guided_tasks=guided_tasks,
+        max_turns=runner.settings.max_turns,
     )
     sft_phases = SftPhases(
         steps=phases.sft_phase_steps,
@@ -252,6 +264,7 @@ def build_trainer(
             runner,
             dataset,
             draws,
+            guide,
             sft_phases,
             max_env_failures,
             TrainingTraces(training_args.output_dir, runner.settings.max_page_chars),

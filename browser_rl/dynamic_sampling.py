@@ -15,13 +15,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from browser_rl.guidance import FIRST_GUIDE_TURNS, next_guide_turns
 from browser_rl.metrics import episodes_by_task
 from browser_rl.rollout import Episode
 from browser_rl.tasks import TaskInstance, TaskSampler
 
-# A round plays the groups given (every rank's slots -> instance), and returns this rank's episodes of its own slots
-# and every rank's outcomes of all of them (Episode.outcome), each by slot.
-PlayRound = Callable[[dict[int, TaskInstance]], tuple[dict[int, Episode], dict[int, Episode]]]
+# A round plays the groups given (every rank's slots -> instance, and each slot's guide turns: browser_rl.guidance), and
+# returns this rank's episodes of its own slots and every rank's outcomes of all of them (Episode.outcome), by slot.
+PlayRound = Callable[[dict[int, TaskInstance], dict[int, int]], tuple[dict[int, Episode], dict[int, Episode]]]
 
 
 @dataclass
@@ -39,12 +40,17 @@ class StepPlay:
     skipped: int = 0
 
     def figures(self) -> dict[str, float]:
-        return {
+        guided = [outcome for outcome in self.outcomes if outcome.guide_turns]
+        figures = {
             "groups/in_update": self.in_update,
-            "groups/played": self.groups_played,
             "groups/informative": self.informative,
+            "groups/played": self.groups_played,
             "groups/skipped": self.skipped,
+            "guided/episodes": len(guided),
         }
+        if guided:
+            figures["guided/success_rate"] = sum(outcome.solved for outcome in guided) / len(guided)
+        return figures
 
 
 def disagree(outcomes: list[Episode]) -> bool:
@@ -53,14 +59,26 @@ def disagree(outcomes: list[Episode]) -> bool:
 
 class GroupDraws:
     """A step's groups (`group_size` consecutive slots each, as TRL groups a generation batch's advantages), played
-    by `play_round` until `wanted` of them disagree or `max_groups` were played."""
+    by `play_round` until `wanted` of them disagree or `max_groups` were played; with `guided_tasks`, a group of one of
+    them whose episodes all failed is played again once, half its episodes guided (browser_rl.guidance)."""
 
-    def __init__(self, sampler: TaskSampler, num_seeds: int, wanted: int, max_groups: int, seed: int):
+    def __init__(
+        self,
+        sampler: TaskSampler,
+        num_seeds: int,
+        wanted: int,
+        max_groups: int,
+        seed: int,
+        guided_tasks: frozenset[str] = frozenset(),
+        max_turns: int = 1,
+    ):
         self.sampler = sampler
         self.num_seeds = num_seeds
         self.wanted = wanted
         self.max_groups = max_groups
         self.seed = seed
+        self.guided_tasks = guided_tasks
+        self.max_turns = max_turns
 
     def play(self, instances: list[TaskInstance], group_size: int, step: int, play_round: PlayRound) -> StepPlay:
         # The step's own stream: every rank draws alike, and a resumed run draws as the uninterrupted one did.
@@ -68,36 +86,79 @@ class GroupDraws:
         groups = [range(first, first + group_size) for first in range(0, len(instances), group_size)]
         instance_of_group = [instances[group[0]] for group in groups]
         result = StepPlay(in_update=len(groups))
-        for index, instance in enumerate(instance_of_group):
-            if self.wanted and self.sampler.agreed_last_time(instance):
-                self.sampler.forget(instance)  # skipped once: drawn again later, it is played
-                instance_of_group[index] = self._draw(draws)
-                result.skipped += 1
-        pending, informative = list(range(len(groups))), set()
+        if self.wanted:
+            result.skipped = self._skip_agreed(instance_of_group, draws)
+        pending = dict.fromkeys(range(len(groups)), 0)  # the groups to play next -> their guide turns
+        informative, guided = set(), set()
         for round_number in itertools.count():
-            slots = {slot: instance_of_group[g] for g in pending for slot in groups[g]}
-            mine, outcomes = play_round(slots)
+            slots, guide_turns = {}, {}
+            for g, turns in pending.items():
+                for place, slot in enumerate(groups[g]):
+                    slots[slot] = instance_of_group[g]
+                    guide_turns[slot] = turns if place < group_size // 2 else 0  # half the group guided
+            mine, outcomes = play_round(slots, guide_turns)
             result.groups_played += len(pending)
             result.played += mine.values()
-            for task, of_task in episodes_by_task([outcomes[slot] for slot in sorted(outcomes)]).items():
-                self.sampler.update(task, [outcome.solved for outcome in of_task])
-            for g in pending:
+            self._learn_from([outcomes[slot] for slot in sorted(outcomes)])
+            for g, turns in pending.items():
                 of_group = [outcomes[slot] for slot in groups[g]]
-                self.sampler.record_group(instance_of_group[g], [outcome.solved for outcome in of_group])
+                self._note(instance_of_group[g], of_group, turns)
                 result.outcomes += of_group
                 result.groups_of_outcomes += [f"{round_number}-{g}"] * len(of_group)
                 if disagree(of_group) or round_number == 0:  # a first play is kept until a group that disagrees
                     result.episodes.update({slot: mine[slot] for slot in groups[g] if slot in mine})
                 if disagree(of_group):
                     informative.add(g)
-            missing = min(self.wanted - len(informative), self.max_groups - result.groups_played)
-            pending = [g for g in range(len(groups)) if g not in informative][: max(missing, 0)]
+            to_guide = {
+                g: self.sampler.guide_turns.get(instance_of_group[g][0], FIRST_GUIDE_TURNS)
+                for g, turns in pending.items()
+                if not turns and g not in guided and self._needs_a_guide([outcomes[slot] for slot in groups[g]])
+            }
+            pending = self._next_round(len(groups), informative, to_guide, result.groups_played)
+            guided |= {g for g, turns in pending.items() if turns}
+            for g, turns in pending.items():
+                if not turns:
+                    instance_of_group[g] = self._draw(draws)
             if not pending:
                 break
-            for g in pending:
-                instance_of_group[g] = self._draw(draws)
         result.informative = len(informative)
         return result
+
+    def _skip_agreed(self, instance_of_group: list[TaskInstance], draws: random.Random) -> int:
+        """Each instance whose last group agreed, skipped once for a new draw; how many were."""
+        skipped = 0
+        for index, instance in enumerate(instance_of_group):
+            if self.sampler.agreed_last_time(instance):
+                self.sampler.forget(instance)  # skipped once: drawn again later, it is played
+                instance_of_group[index] = self._draw(draws)
+                skipped += 1
+        return skipped
+
+    def _learn_from(self, outcomes: list[Episode]) -> None:
+        """The curriculum learns each task's success from the episodes the policy played alone."""
+        for task, of_task in episodes_by_task([o for o in outcomes if not o.guide_turns]).items():
+            self.sampler.update(task, [outcome.solved for outcome in of_task])
+
+    def _note(self, instance: TaskInstance, of_group: list[Episode], turns: int) -> None:
+        if turns:  # a guided replay: its guided episodes set the task's guide turns
+            guided = [outcome for outcome in of_group if outcome.guide_turns]
+            self.sampler.guide_turns[instance[0]] = next_guide_turns(turns, guided, self.max_turns)
+        else:
+            self.sampler.record_group(instance, [outcome.solved for outcome in of_group])
+
+    def _needs_a_guide(self, of_group: list[Episode]) -> bool:
+        task = of_group[0].task_name
+        guidable = task in self.guided_tasks and self.sampler.guide_turns.get(task) != 0
+        return guidable and not any(outcome.solved for outcome in of_group)
+
+    def _next_round(self, groups: int, informative: set, to_guide: dict[int, int], played: int) -> dict[int, int]:
+        """The groups the next round plays (-> their guide turns): those to guide, then new draws for the groups still
+        missing, within max_groups."""
+        budget = self.max_groups - played
+        pending = dict(list(to_guide.items())[: max(budget, 0)])
+        missing = min(self.wanted - len(informative) - len(pending), budget - len(pending))
+        redraw = [g for g in range(groups) if g not in informative and g not in pending][: max(missing, 0)]
+        return pending | dict.fromkeys(redraw, 0)
 
     def _draw(self, draws: random.Random) -> TaskInstance:
         return self.sampler.draw(), draws.randrange(self.num_seeds)

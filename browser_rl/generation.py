@@ -23,11 +23,13 @@ from browser_rl.errors import ModelUnavailable
 @dataclass
 class Reply:
     """One sampled reply: its tokens up to and including the first end-of-turn token, their log-probabilities,
-    and whether it ended with that token rather than being cut off by the length limit."""
+    and whether it ended with that token rather than being cut off by the length limit. A guide's reply (an expert
+    playing an episode's first turns: browser_rl.guidance) is shown to the policy and never trained on."""
 
     ids: list[int]
     logprobs: list[float]
     ended: bool
+    guided: bool = False
 
 
 def written(tokenizer, text: str) -> Reply:

@@ -150,14 +150,17 @@ def skipped_training(logs: dict) -> str:
 
 
 def group_signal(logs: dict) -> str:
-    """| groups 3/4 disagree, 7 played (1 skipped): how many of the update's groups have an advantage, and what was
-    played to find them (browser_rl.dynamic_sampling)."""
+    """| groups 3/4 disagree, 7 played, 1 skipped, 2 guided episodes (50% solved): how many of the update's groups
+    have an advantage, and what was played to find them (browser_rl.dynamic_sampling)."""
     if "groups/informative" not in logs:
         return ""
-    skipped = f" ({logs['groups/skipped']:.0f} skipped)" if logs.get("groups/skipped") else ""
+    skipped = f", {logs['groups/skipped']:.0f} skipped" if logs.get("groups/skipped") else ""
+    guided = ""
+    if logs.get("guided/episodes"):
+        guided = f", {logs['guided/episodes']:.0f} guided episodes ({100 * logs['guided/success_rate']:.0f}% solved)"
     return (
         f" | groups {logs['groups/informative']:.0f}/{logs['groups/in_update']:.0f} disagree,"
-        f" {logs['groups/played']:.0f} played{skipped}"
+        f" {logs['groups/played']:.0f} played{skipped}{guided}"
     )
 
 

@@ -55,6 +55,14 @@ class TaskArguments:
             "skipped once (browser_rl/dynamic_sampling.py); 0: every group as drawn"
         },
     )
+    guided_episodes: bool = field(
+        default=False,
+        metadata={
+            "help": "a group whose episodes all failed, of a task with an expert or a scripted plan, is played again "
+            "with half its episodes starting after the expert's first actions, shown to the policy and not trained on "
+            "(browser_rl/guidance.py)"
+        },
+    )
     max_groups_per_step: int = field(
         default=0,
         metadata={

@@ -55,6 +55,7 @@ class Episode:
     raw_reward: float | None = None  # the page's own, which the server reports beside it (None: a server that does not)
     out_of_context: bool = False  # ended because its context left no room for another reply
     restarted_in_page: bool | None = None  # whether the server restarted it in a loaded page (None: not said)
+    guide_turns: int = 0  # its first turns a guide plays (browser_rl.guidance): shown to the policy, not trained on
     first_observation: BrowserGymObservation | None = None
     observation: BrowserGymObservation | None = None
     pages: list[str] = field(default_factory=list)  # each page the policy was shown, as the server sent it
@@ -93,6 +94,7 @@ class Episode:
             raw_reward=self.raw_reward,
             out_of_context=self.out_of_context,
             restarted_in_page=self.restarted_in_page,
+            guide_turns=self.guide_turns,
         )
 
     def add_policy_tokens(self, ids: list[int], logprobs: list[float]) -> None:
@@ -131,7 +133,10 @@ def add_reply(episode: Episode, chat: ChatTurns, reply: Reply) -> str | None:
     limit (even if it began with an action: otherwise the policy is rewarded for never ending its replies)."""
     text = chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
     action = parse_action(text) if reply.ended else None
-    episode.add_policy_tokens(reply.ids, reply.logprobs)
+    if reply.guided:
+        episode.add_environment_tokens(reply.ids)
+    else:
+        episode.add_policy_tokens(reply.ids, reply.logprobs)
     episode.replies.append(text)
     episode.actions.append(action)
     episode.ended.append(reply.ended)
@@ -276,13 +281,17 @@ class EpisodeRunner:
         policy: Policy,
         max_context_tokens: int | None = None,
         traced: bool = False,
+        guide_turns: list[int] | None = None,
     ) -> list[Episode]:
         """Plays one episode per (task_name, seed) and returns them in the same order. An episode whose context
         grows past `max_context_tokens` (the engine's length less one reply) ends there, unsolved, and says so in
         the log: the engine would refuse it, and a shortened context is not what the trainer would score. Traced,
-        the episodes keep their pages' images and their actions' boxes."""
+        the episodes keep their pages' images and their actions' boxes. `guide_turns`: each episode's first turns that
+        the policy's guide plays (browser_rl.guidance), none by default."""
+        turns = guide_turns or [0] * len(instances)
+        episodes = [Episode(task, seed, guide_turns=k) for (task, seed), k in zip(instances, turns, strict=True)]
         try:
-            return self._loop.run_until_complete(self._run(instances, policy, max_context_tokens, traced))
+            return self._loop.run_until_complete(self._run(episodes, policy, max_context_tokens, traced))
         except EnvironmentFailure as failure:
             if failure.server is not None:  # first: restarting a server of this run ends its sockets, hung ones too,
                 self.servers.take_out(failure.server)  # so that closing them does not wait out a handshake
@@ -296,13 +305,14 @@ class EpisodeRunner:
         max_context_tokens: int | None,
         max_failures: int,
         traced: bool = False,
+        guide_turns: list[int] | None = None,
     ) -> list[Episode]:
         """`run`, again from the start each time the environment fails, on the servers still up (or, with none up,
         once one is back): an episode the environment cut short says nothing about the policy, so it is never
         scored. After `max_failures` failures in a row, EnvironmentUnavailable."""
         for failure in itertools.count(1):
             try:
-                return self.run(instances, policy, max_context_tokens, traced)
+                return self.run(instances, policy, max_context_tokens, traced, guide_turns)
             except EnvironmentFailure as error:
                 if failure > max_failures:
                     raise EnvironmentUnavailable(
@@ -344,10 +354,9 @@ class EpisodeRunner:
         except (ConnectionError, ConnectionClosed, OSError, RuntimeError) as e:  # TimeoutError is an OSError
             raise EnvironmentFailure(f"{type(e).__name__}: {e}".strip() + f" (server {server})", server) from e
 
-    async def _run(self, instances: list[TaskInstance], policy: Policy, max_context_tokens: int | None, traced: bool):
-        await self._open_sessions(len(instances))
-        sessions = self._sessions_for([task for task, _ in instances])
-        episodes = [Episode(task_name, seed) for task_name, seed in instances]
+    async def _run(self, episodes: list[Episode], policy: Policy, max_context_tokens: int | None, traced: bool):
+        await self._open_sessions(len(episodes))
+        sessions = self._sessions_for([episode.task_name for episode in episodes])
         batcher = ReplyBatcher(policy, episodes, self.batch_wait_s, self._policy_thread)
         try:
             async with asyncio.TaskGroup() as episodes_in_flight:

@@ -138,6 +138,7 @@ class TaskSampler:
         start = random.Random(seed)
         self._owed = {task: start.random() for task in weights}
         self.agreed: set[TaskInstance] = set()  # the instances whose last group's episodes all got one reward
+        self.guide_turns: dict[str, int] = {}  # each guided task's guide turns (browser_rl.guidance)
 
     def probabilities(self) -> dict[str, float]:
         weights = dict(self.weights)
@@ -173,6 +174,7 @@ class TaskSampler:
 
     def save(self, directory: str | Path) -> None:
         state = {"success": self.success, "owed": self._owed, "agreed": sorted(self.agreed)}
+        state["guide_turns"] = self.guide_turns
         (Path(directory) / STATE_FILE).write_text(json.dumps(state))
 
     def load(self, directory: str | Path) -> None:
@@ -183,3 +185,4 @@ class TaskSampler:
             saved = json.loads(path.read_text())
             self.success, self._owed = saved["success"], saved["owed"]
             self.agreed = {(task, seed) for task, seed in saved.get("agreed", [])}
+            self.guide_turns = saved.get("guide_turns", {})

@@ -27,8 +27,8 @@ draw_episodes = SftPhases.episodes
 save_rng_state = GRPOTrainer._save_rng_state
 
 
-def recording_run(self, instances, policy, max_context_tokens=None, traced=False):
-    episodes = run_episodes(self, instances, policy, max_context_tokens, traced)
+def recording_run(self, instances, policy, max_context_tokens=None, traced=False, guide_turns=None):
+    episodes = run_episodes(self, instances, policy, max_context_tokens, traced, guide_turns)
     played.append([(episode.task_name, episode.seed, episode.solved) for episode in episodes])
     return episodes
 

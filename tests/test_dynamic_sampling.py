@@ -1,5 +1,6 @@
-"""A GRPO step's groups drawn again until enough disagree, and instances that agreed last time skipped
-(browser_rl/dynamic_sampling.py): on a stand-in environment whose outcomes are the task's, then in a real GRPO run."""
+"""A GRPO step's groups drawn again until enough disagree, instances that agreed last time skipped, and a group that
+all failed played again guided (browser_rl/dynamic_sampling.py): on a stand-in environment whose outcomes are the
+task's, then in a real GRPO run."""
 
 import json
 
@@ -15,9 +16,14 @@ from helpers import train_here
 TASKS = ["mixed", "solved", "failed"]
 
 
-def outcome(task: str, seed: int, slot: int) -> Episode:
-    solved = task == "solved" or (task == "mixed" and slot % 2 == 0)
-    return Episode(task, seed, done=solved, env_reward=float(solved))
+def outcome(task: str, seed: int, slot: int, guide_turns: int = 0) -> Episode:
+    """A "failed" task is solved when guided for two turns or more, "hard" never; the guide plays one action each
+    turn, and the policy one more after it."""
+    solved = task == "solved" or (task == "mixed" and slot % 2 == 0) or (task == "failed" and guide_turns >= 2)
+    actions = ["guide"] * guide_turns + ["policy"]
+    if task == "one-action":  # the guide's one action solves it: the policy never acts
+        solved, actions = bool(guide_turns), ["guide"] if guide_turns else ["policy"]
+    return Episode(task, seed, actions=actions, done=solved, env_reward=float(solved), guide_turns=guide_turns)
 
 
 class StandIn:
@@ -26,10 +32,12 @@ class StandIn:
     def __init__(self, mine=range(10**6)):
         self.mine = mine
         self.rounds: list[dict] = []
+        self.guided: list[dict] = []
 
-    def __call__(self, slots: dict):
+    def __call__(self, slots: dict, guide_turns: dict):
         self.rounds.append(dict(slots))
-        outcomes = {slot: outcome(*instance, slot) for slot, instance in slots.items()}
+        self.guided.append({slot: turns for slot, turns in guide_turns.items() if turns})
+        outcomes = {slot: outcome(*instance, slot, guide_turns[slot]) for slot, instance in slots.items()}
         return {slot: o for slot, o in outcomes.items() if slot in self.mine}, outcomes
 
 
@@ -115,6 +123,43 @@ def test_what_agreed_is_kept_in_a_checkpoint(tmp_path):
     resumed = TaskSampler(dict.fromkeys(TASKS, 1.0), curriculum=False)
     resumed.load(tmp_path)
     assert resumed.agreed_last_time(("solved", 1)) and not resumed.agreed_last_time(("solved", 2))
+
+
+def guided_draws(turns: int | None = None, curriculum: bool = False) -> GroupDraws:
+    tasks = ["failed", "mixed", "one-action"]
+    sampler = TaskSampler(dict.fromkeys(tasks, 1.0), curriculum, seed=0)
+    if turns is not None:
+        sampler.guide_turns["failed"] = turns
+    return GroupDraws(sampler, 1000, 0, 16, 0, guided_tasks=frozenset({"failed", "one-action"}), max_turns=5)
+
+
+def test_a_group_that_all_failed_is_played_again_half_guided_and_kept_once_it_disagrees():
+    group_draws, stand_in = guided_draws(turns=2, curriculum=True), StandIn()
+    played = group_draws.play(instances(("failed", 1), ("mixed", 2)), 4, 1, stand_in)
+    assert [sorted(r) for r in stand_in.rounds] == [list(range(8)), [0, 1, 2, 3]]  # the same instance again
+    assert stand_in.rounds[1] == dict.fromkeys(range(4), ("failed", 1)) and stand_in.guided[1] == {0: 2, 1: 2}
+    assert played.informative == 2 and [played.episodes[slot].guide_turns for slot in range(4)] == [2, 2, 0, 0]
+    assert played.figures()["guided/episodes"] == 2 and played.figures()["guided/success_rate"] == 1.0
+    assert group_draws.sampler.guide_turns["failed"] == 1  # all its guided episodes solved: one turn fewer
+    # The curriculum learns from the episodes the policy played alone: the task failed every one of them.
+    assert group_draws.sampler.success["failed"] == pytest.approx(0.5 * 0.8 * 0.8)
+
+
+def test_a_task_whose_guided_episodes_all_fail_gets_one_more_guide_turn():
+    group_draws, stand_in = guided_draws(), StandIn()
+    played = group_draws.play(instances(("failed", 1)), 4, 1, stand_in)
+    assert stand_in.guided == [{}, {0: 1, 1: 1}]  # a first guide turn: not enough for this task
+    assert played.informative == 0 and [played.episodes[slot].guide_turns for slot in range(4)] == [0, 0, 0, 0]
+    assert group_draws.sampler.guide_turns["failed"] == 2
+
+
+def test_a_task_its_guide_finishes_in_one_action_is_not_guided_again():
+    group_draws, stand_in = guided_draws(), StandIn()
+    group_draws.play(instances(("one-action", 1)), 4, 1, stand_in)
+    assert group_draws.sampler.guide_turns["one-action"] == 0
+    stand_in = StandIn()
+    group_draws.play(instances(("one-action", 2)), 4, 2, stand_in)
+    assert stand_in.guided == [{}]
 
 
 @pytest.mark.parametrize("wanted", [0, 2])

@@ -1,9 +1,9 @@
 """Scripted plans for MiniWoB tasks: the actions that solve a task instance, read off its goal and first page,
 and actions of the same shape that leave it unsolved.
 
-The tests use them to drive the environment, the benchmarks to time it, and the weak starts (warm_start.record
---replies) to write their mixes of right and wrong episodes. The recipe itself never does: its policy learns from the
-reward alone. Where a task needs reading turn by turn, its expert does (warm_start.experts).
+The tests use them to drive the environment, the benchmarks to time it, the weak starts (warm_start.record
+--replies) to write their mixes of right and wrong episodes, and guided GRPO episodes (warm_start.guides) to play the
+first turns of a task without an expert. Where a task needs reading turn by turn, its expert does (warm_start.experts).
 """
 
 import re
