@@ -296,8 +296,19 @@ class RecordArguments:
         default=None,
         metadata={"help": "a weak start's mix of right and wrong replies by the scripted plans, every episode kept"},
     )
+    sampled_by: str | None = field(
+        default=None,
+        metadata={
+            "help": "record the episodes this model samples, in place of the experts': filtered behaviour cloning, "
+            "whose warm-up then learns the model's own successes"
+        },
+    )
+    temperature: float = field(default=1.0, metadata={"help": "with sampled_by: the temperature it samples at"})
+    max_new_tokens: int = field(default=32, metadata={"help": "with sampled_by: tokens per reply"})
 
     def __post_init__(self):
+        if self.sampled_by and self.replies:
+            raise ValueError("sampled_by and replies each say who plays the episodes: give one")
         if self.episodes <= 0:
             raise ValueError(f"episodes must be positive, got {self.episodes}")
         if self.first_seed < 0:

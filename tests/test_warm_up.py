@@ -128,3 +128,30 @@ def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_m
     with pytest.raises(DemonstrationsError, match="6 error\\(s\\)") as error:
         warm_up.main(args, EpisodeArguments(), config, model)
     assert "demos.jsonl line 1: task: Field required" in str(error.value)
+
+
+def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with(
+    half_right_model, env_server, tmp_path
+):
+    demonstrations = tmp_path / "own.jsonl"
+    record.main(
+        [
+            *("--tasks", "click-test", "--episodes", "8", "--first_seed", "0", "--env_url", env_server.url),
+            *("--sampled_by", half_right_model, "--model_name_or_path", half_right_model),
+            *("--demonstrations", str(demonstrations)),
+        ]
+    )
+    rows = load(demonstrations, keep_failed=True)
+    assert [(row.task, row.seed) for row in rows] == [("click-test", seed) for seed in range(8)]
+    assert all(row.settings == episode_settings.saved_with(half_right_model) for row in rows)
+    assert all(len(row.turns) == 1 for row in rows)  # the model's one action a turn, as it was trained
+    # Sampled: the half-right model's replies differ from seed to seed (a click, right or wrong, or no action).
+    assert len({row.turns[0].reply for row in rows}) > 1
+    assert len(load(demonstrations)) == sum(row.solved for row in rows)  # the warm-up learns its successes alone
+    with pytest.raises(ConfigError, match="sampled_by and replies each say who plays the episodes"):
+        record.main(
+            [
+                *("--tasks", "click-test", "--demonstrations", "x.jsonl", "--model_name_or_path", "m"),
+                *("--sampled_by", "m", "--replies", "right_only"),
+            ]
+        )

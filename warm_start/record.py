@@ -1,10 +1,13 @@
-"""Record demonstrations: episodes played by the scripted experts (warm_start.experts), or a weak start's mix of right
-and wrong replies by the scripted plans (warm_start.plans), written as a demonstrations file
-(warm_start.demonstrations) with the episode settings they were played with in every row.
+"""Record demonstrations: episodes played by the scripted experts (warm_start.experts), a weak start's mix of right
+and wrong replies by the scripted plans (warm_start.plans), or a model's own sampled episodes (filtered behaviour
+cloning: the warm-up then learns its successes), written as a demonstrations file (warm_start.demonstrations) with the
+episode settings they were played with in every row.
 
     python -m warm_start.record --config configs/warm_up/book_flight.yaml --tasks book-flight --episodes 500
     python -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 \\
         --replies one_right_of_eight
+    python -m warm_start.record --config configs/warm_up/smollm2_page_reading_cpu.yaml --tasks page-reading \\
+        --sampled_by outputs/real/warm-up-full --first_seed 0 --episodes 64 --demonstrations outputs/own.jsonl
 
 The file's path is `demonstrations`, the tokenizer the episodes are rendered with is the policy's
 (`model_name_or_path`), and the episode settings are the options of the same names: a warm-up file holds all three,
@@ -23,9 +26,10 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
+from browser_rl.generation import load_policy, missing_model, model_generate
 from browser_rl.gguf import as_checkpoint
 from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
-from browser_rl.rollout import EpisodeRunner, Policy
+from browser_rl.rollout import EpisodeRunner, Policy, sampling
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
 from warm_start.demonstrations import Demonstration, of_episode, save
@@ -77,16 +81,29 @@ def record_mix(
     return right + [d.model_copy(update={"settings": settings}) for of_reply in mixed for d in of_reply]
 
 
+def sampled_by(model_path: str, args: RecordArguments) -> tuple[Policy, episode_settings.Resolved]:
+    """A model's own sampling, each batch's contexts generated whole (no cache kept from batch to batch), and the
+    episode settings it was trained with."""
+    if missing := missing_model(model_path):
+        raise ConfigError(f"sampled_by: {missing}")
+    path = as_checkpoint(model_path)
+    model, tokenizer = load_policy(path)
+    policy = sampling(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
+    return policy, episode_settings.saved_with(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     args, tasks, episodes, servers, model_args = parse_command_line(OPTIONS, argv)
     scripted = PLANS if args.replies else known_experts(tasks.task_modules)
     if args.replies is not None and args.replies not in REPLY_MIXES:
         raise ConfigError(f"replies: {args.replies!r} is not one of {', '.join(sorted(REPLY_MIXES))}")
-    if missing := sorted(set(tasks.task_weights()) - set(scripted)):
+    missing = sorted(set(tasks.task_weights()) - set(scripted))
+    if missing and not args.sampled_by:
         raise ConfigError(f"tasks: no {'scripted plan' if args.replies else 'expert'} for {', '.join(missing)}")
     if not model_args.model_name_or_path:
         raise ConfigError("model_name_or_path: the policy whose tokenizer renders the episodes")
-    settings = episode_settings.resolve(episodes, None, args.demonstrations).settings
+    own_episodes, made_with = sampled_by(args.sampled_by, args) if args.sampled_by else (None, None)
+    settings = episode_settings.resolve(episodes, made_with, args.sampled_by or args.demonstrations).settings
     policy = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(policy, revision=model_args.model_revision)
     seeds = range(args.first_seed, args.first_seed + args.episodes)
@@ -101,7 +118,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             instances = [(task, seed) for task in tasks.task_weights() for seed in seeds]
             runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
-            demonstrations = record_experts(runner, instances, scripted, servers.max_env_failures)
+            if own_episodes is None:
+                demonstrations = record_experts(runner, instances, scripted, servers.max_env_failures)
+            else:
+                demonstrations = record(runner, instances, own_episodes, servers.max_env_failures)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
