@@ -325,9 +325,19 @@ class WarmUpArguments:
         default_factory=list,
         metadata={"help": "the modules of your own tasks that the demonstrations play, whose task ids they name"},
     )
+    validation_share: float = field(
+        default=0.0,
+        metadata={
+            "help": "hold out this share of each task's demonstrations and measure the replies' loss on them at each "
+            "evaluation (eval_strategy); with load_best_model_at_end, the warm-up keeps the model of the lowest "
+            "validation loss and stops once it rises"
+        },
+    )
 
     def __post_init__(self):
         task_modules.load(self.task_modules)
+        if not 0.0 <= self.validation_share < 1.0:
+            raise ValueError(f"validation_share is a share of the demonstrations, in [0, 1): {self.validation_share}")
 
 
 @dataclass

@@ -2,6 +2,7 @@
 demonstrations file, full or LoRA, into a model train.py starts from."""
 
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -155,3 +156,39 @@ def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_setti
                 *("--sampled_by", "m", "--replies", "right_only"),
             ]
         )
+
+
+def test_a_warm_up_with_validation_keeps_the_model_of_its_lowest_validation_loss(
+    env_server, tokenizer, tiny_model, tmp_path, caplog, capsys
+):
+    demonstrations = tmp_path / "demos.jsonl"
+    seeds, settings = range(FIRST_SEED, FIRST_SEED + 8), EpisodeSettings(max_turns=1)
+    save(
+        record_mix(ServerPool([env_server.url]), tokenizer, "click-test", seeds, a_third_right, settings),
+        demonstrations,
+    )
+    arguments = ["--config", str(ROOT / "configs/warm_up/smoke.yaml"), "--demonstrations", str(demonstrations)]
+    arguments += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--keep_failed", "true"]
+    arguments += [
+        "--validation_share",
+        "0.25",
+        "--num_train_epochs",
+        "4",
+        "--max_steps",
+        "-1",
+        "--learning_rate",
+        "1e-2",
+    ]
+    with pytest.raises(ConfigError, match="validation_share: set eval_strategy"):
+        warm_up.main(*parse_command_line(warm_up.OPTIONS, arguments))
+    arguments += ["--eval_strategy", "epoch", "--save_strategy", "epoch", "--load_best_model_at_end", "true"]
+    arguments += ["--save_only_model", "true", "--save_total_limit", "1", "--logging_strategy", "epoch"]
+    with caplog.at_level("INFO"):
+        warm_up.main(*parse_command_line(warm_up.OPTIONS, arguments))
+    assert "18 episodes" in caplog.text and "6 held out to validate on" in caplog.text  # 2 of each seed's 3 kept
+    losses = [float(v) for v in re.findall(r"'eval_loss': '?([0-9.]+)", capsys.readouterr().out)]
+    (kept,) = re.findall(r"kept the model of step \d+: validation loss ([0-9.]+)", caplog.text)
+    assert 1 <= len(losses) <= 4 and float(kept) == pytest.approx(min(losses), abs=1e-4)
+    if len(losses) < 4:  # stopped early: the loss rose after its lowest
+        assert losses[-1] > min(losses)
+    assert not list((tmp_path / "warm").glob("checkpoint-*")) and (tmp_path / "warm" / "model.safetensors").exists()

@@ -16,14 +16,22 @@ The smoke run's weak start is the same with a mix of right and wrong demonstrati
     python -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 \\
         --replies one_right_of_eight
     python -m warm_start.warm_up --config configs/warm_up/smoke.yaml
+
+Stopped at its lowest validation loss on held-out demonstrations instead of a fixed number of epochs (at most 4 here):
+
+    python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_cpu.yaml --validation_share 0.25 \\
+        --num_train_epochs 4 --eval_strategy epoch --save_strategy epoch --load_best_model_at_end true \\
+        --save_only_model true --save_total_limit 1
 """
 
 import logging
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from datasets import Dataset
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer, EarlyStoppingCallback, IntervalStrategy
 from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from browser_rl import episode_settings
@@ -32,9 +40,10 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import missing_model
 from browser_rl.gguf import as_checkpoint
+from browser_rl.metrics import grouped
 from browser_rl.options import EpisodeArguments, WarmUpArguments
 from browser_rl.prompts import ChatTurns
-from warm_start.demonstrations import load, made_with, sft_dataset
+from warm_start.demonstrations import Demonstration, load, made_with, sft_dataset
 
 log = logging.getLogger("warm_up")
 
@@ -55,9 +64,12 @@ class WarmUpConfig(SFTConfig):
         super().__post_init__()
 
 
-def sft_trainer(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset) -> SFTTrainer:
+def sft_trainer(
+    model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, validation: Dataset | None = None
+) -> SFTTrainer:
     """TRL's SFTTrainer on `dataset` (token ids, and completion_mask on the replies: the loss's tokens), full or
-    LoRA as model_args say."""
+    LoRA as model_args say; with `validation`, its replies' loss measured at each evaluation, and with
+    load_best_model_at_end, training stopped once it rises."""
     peft_config = get_peft_config(model_args)
     if peft_config is not None and model_args.lora_target_modules is None:
         peft_config.target_modules = "all-linear"  # as train.py's
@@ -66,18 +78,31 @@ def sft_trainer(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset)
         model=model_args.model_name_or_path,
         args=config,
         train_dataset=dataset,
+        eval_dataset=validation,
         processing_class=AutoTokenizer.from_pretrained(
             model_args.model_name_or_path, revision=model_args.model_revision
         ),
         peft_config=peft_config,
+        callbacks=[EarlyStoppingCallback(early_stopping_patience=1)] if config.load_best_model_at_end else None,
     )
 
 
-def fine_tune(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, settings: EpisodeSettings) -> str:
-    """sft_trainer's training; the model, a LoRA adapter merged into it, is saved with its tokenizer and the episode
-    settings its rows were rendered with to config.output_dir."""
-    trainer = sft_trainer(model_args, config, dataset)
+def fine_tune(
+    model_args: ModelConfig,
+    config: WarmUpConfig,
+    dataset: Dataset,
+    settings: EpisodeSettings,
+    validation: Dataset | None = None,
+) -> str:
+    """sft_trainer's training; the model (the best on `validation` with load_best_model_at_end), a LoRA adapter
+    merged into it, is saved with its tokenizer and the episode settings its rows were rendered with to
+    config.output_dir."""
+    trainer = sft_trainer(model_args, config, dataset, validation)
     trainer.train()
+    if config.load_best_model_at_end and trainer.state.best_metric is not None:
+        log.info("kept the model of step %d: validation loss %.4f", best_step(trainer.state), trainer.state.best_metric)
+        for checkpoint in Path(config.output_dir).glob("checkpoint-*"):  # the best one is loaded: none is needed
+            shutil.rmtree(checkpoint)
     model = trainer.accelerator.unwrap_model(trainer.model)
     if model_args.use_peft:
         model = model.merge_and_unload()  # train.py starts from a model, and may put an adapter of its own on it
@@ -85,6 +110,21 @@ def fine_tune(model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, s
     trainer.processing_class.save_pretrained(config.output_dir)
     settings.save(config.output_dir)
     return config.output_dir
+
+
+def best_step(state) -> int:
+    return int(state.best_model_checkpoint.rsplit("-", 1)[-1]) if state.best_model_checkpoint else state.global_step
+
+
+def held_out(demonstrations: list[Demonstration], share: float) -> tuple[list[Demonstration], list[Demonstration]]:
+    """(training, validation): the last `share` of each task's demonstrations, by seed, held out (at least one)."""
+    training, validation = [], []
+    for of_task in grouped(demonstrations, lambda d: d.task).values():
+        of_task = sorted(of_task, key=lambda d: d.seed)
+        cut = len(of_task) - max(1, round(share * len(of_task)))
+        training += of_task[:cut]
+        validation += of_task[cut:]
+    return training, validation
 
 
 OPTIONS = (WarmUpArguments, EpisodeArguments, WarmUpConfig, ModelConfig)
@@ -98,18 +138,30 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
     if missing := missing_model(model_args.model_name_or_path):
         raise ConfigError(f"model_name_or_path: {missing}")
     demonstrations = load(args.demonstrations, keep_failed=args.keep_failed)
+    if args.validation_share and config.eval_strategy == IntervalStrategy.NO:
+        raise ConfigError(
+            "validation_share: set eval_strategy (epoch or steps) to measure it, and save_strategy the same with "
+            "load_best_model_at_end true to keep the best model"
+        )
     settings = episode_settings.resolve(episodes, made_with(demonstrations, args.demonstrations), args.demonstrations)
     for overridden in settings.overridden:
         log.warning("rendering the demonstrations with %s (override_episode_settings)", overridden)
     model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     max_length = config.max_length or longest_row(model_args.model_name_or_path, model_args.model_revision)
-    dataset = sft_dataset(demonstrations, ChatTurns(tokenizer, settings.settings.max_page_chars), max_length)
+    chat = ChatTurns(tokenizer, settings.settings.max_page_chars)
+    training, validation = (
+        held_out(demonstrations, args.validation_share) if args.validation_share else (demonstrations, [])
+    )
+    dataset = sft_dataset(training, chat, max_length)
     reply_tokens = sum(map(sum, dataset["completion_mask"]))
     log.info(
-        "%d episodes, %d tokens, %d of them replies", len(dataset), sum(map(len, dataset["input_ids"])), reply_tokens
+        "%d episodes, %d tokens, %d of them replies%s",
+        *(len(dataset), sum(map(len, dataset["input_ids"])), reply_tokens),
+        f"; {len(validation)} held out to validate on" if validation else "",
     )
-    policy = fine_tune(model_args, config, dataset, settings.settings)
+    held = sft_dataset(validation, chat, max_length) if validation else None
+    policy = fine_tune(model_args, config, dataset, settings.settings, held)
     print(f"starting policy: {policy} (train.py: model_name_or_path: {policy})")
     return policy
 
