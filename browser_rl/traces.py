@@ -60,6 +60,7 @@ def episode_trace(episode: Episode, max_page_chars: int, label: str) -> dict:
             "box": episode.boxes[turn],
             "error": episode.errors[turn],
             "reward": episode.rewards[turn],
+            "guided": turn < episode.guide_turns,  # the guide's reply, not the policy's (browser_rl.guidance)
         }
         for turn, action in enumerate(episode.actions)
     ]

@@ -9,6 +9,7 @@ from browser_rl.guidance import guided, next_guide_turns
 from browser_rl.metrics import read_metrics
 from browser_rl.rollout import Episode, EpisodeRunner
 from browser_rl.servers import ServerPool
+from browser_rl.traces import episode_trace
 from helpers import segments, train_here
 from warm_start.guides import guide_of_tasks
 
@@ -37,6 +38,8 @@ def test_the_guide_plays_the_first_turns_and_its_replies_are_shown_but_never_tra
     assert all(lp == 0.0 for lp, mask in zip(led.logprobs, led.env_mask) if mask == 0)
     assert sum(led.reply_mask()) == len(policy_segments[0])  # an SFT phase learns the policy's reply alone
     assert plain.env_mask[0] == 1 and sum(plain.env_mask) == 2 * len(policy_segments[0])
+    # Its trace says whose each reply was.
+    assert [step["guided"] for step in episode_trace(led, 2000, "test")["steps"]] == [True, False]
 
 
 @pytest.mark.parametrize(
