@@ -22,6 +22,7 @@ class EpisodeSettings:
     max_turns: int = 10
     max_page_chars: int = 2000
     settle_ms: int = 0
+    action_reference: bool = True  # the system prompt's list of actions (browser_rl.prompts)
     prompt_version: int = PROMPT_VERSION
 
     def save(self, directory: str | Path) -> None:
@@ -56,7 +57,7 @@ def resolve(given: EpisodeArguments, made_with: EpisodeSettings | None, artefact
     given value unlike the artefact's, or an artefact made with another prompt than this code's, is a ConfigError
     naming both, unless given.override_episode_settings."""
     base = made_with or DEFAULTS
-    names = ("max_turns", "max_page_chars", "settle_ms")
+    names = ("max_turns", "max_page_chars", "settle_ms", "action_reference")
     chosen = {name: value for name in names if (value := getattr(given, name)) is not None}
     settings = replace(base, prompt_version=PROMPT_VERSION, **chosen)
     if made_with is None:

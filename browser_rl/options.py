@@ -98,6 +98,13 @@ class EpisodeArguments:
     settle_ms: int | None = field(
         default=None, metadata={"help": "wait after each action before observing, in ms (BrowserGym's: 500)"}
     )
+    action_reference: bool | None = field(
+        default=None,
+        metadata={
+            "help": "the system prompt lists the allowed actions (true by default); a model warmed up without the list "
+            "writes them all the same, in some 300 fewer tokens an episode"
+        },
+    )
     override_episode_settings: bool = field(
         default=False,
         metadata={"help": "play with episode settings other than those the model or demonstrations were made with"},

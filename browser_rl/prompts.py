@@ -17,10 +17,11 @@ PROMPT_VERSION = 2
 # The observation's fields the messages read: at reset a server is asked for these alone.
 PROMPT_FIELDS = ["goal", "axtree_txt", "error"]
 
-SYSTEM_PROMPT = (
+INSTRUCTIONS = (
     "You control a web browser to complete a task. Each turn you get the page as an accessibility tree, "
-    "where [N] is the id (bid) of an element. Reply with exactly one action.\n\n" + describe_actions()
+    "where [N] is the id (bid) of an element. Reply with exactly one action."
 )
+SYSTEM_PROMPT = INSTRUCTIONS + "\n\n" + describe_actions()  # with the action reference (the default episode setting)
 
 # An InlineTextBox line repeats the text of the element above it, and a url property names the server's copy of
 # the page (a file path on a local server): neither says anything the policy can act on, and together they were
@@ -58,9 +59,10 @@ def feedback(turn: int, action: str | None, observation: BrowserGymObservation, 
 class ChatTurns:
     """Renders the conversation of an episode into token ids with the model's own chat template."""
 
-    def __init__(self, tokenizer, max_page_chars: int):
+    def __init__(self, tokenizer, max_page_chars: int, action_reference: bool = True):
         self.tokenizer = tokenizer
         self.max_page_chars = max_page_chars
+        self.system_prompt = SYSTEM_PROMPT if action_reference else INSTRUCTIONS
         # What the template writes after an assistant reply ends, found by rendering one: with the reply's
         # end-of-turn token already sampled by the model, only the rest of it is the environment's.
         reply = "\x00reply\x00"
@@ -70,7 +72,7 @@ class ChatTurns:
 
     def first_prompt(self, observation: BrowserGymObservation) -> list[int]:
         messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.observation_message(observation)},
         ]
         return self._encode(self._render(messages, add_generation_prompt=True))

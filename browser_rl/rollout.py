@@ -269,7 +269,7 @@ class EpisodeRunner:
         self.servers = servers
         self.settings = settings
         self.batch_wait_s = None if lockstep else BATCH_WAIT_S
-        self.chat = ChatTurns(tokenizer, settings.max_page_chars)
+        self.chat = ChatTurns(tokenizer, settings.max_page_chars, settings.action_reference)
         self._loop = asyncio.new_event_loop()
         self._policy_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="policy")
         self._sessions: list[tuple[BrowserGymEnv, str]] = []  # each session's client and server

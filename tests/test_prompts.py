@@ -1,5 +1,11 @@
-from browser_rl.episode_settings import DEFAULTS
-from browser_rl.prompts import SYSTEM_PROMPT, ChatTurns, feedback
+from dataclasses import replace
+
+import pytest
+
+from browser_rl.episode_settings import DEFAULTS, SETTINGS_FILE, resolve, saved_with
+from browser_rl.errors import ConfigError
+from browser_rl.options import EpisodeArguments
+from browser_rl.prompts import INSTRUCTIONS, SYSTEM_PROMPT, ChatTurns, feedback
 from web_env.models import BrowserGymObservation
 
 PAGE = "RootWebArea 'Click Test Task', focused\n\t[13] button 'Click Me!'"
@@ -14,6 +20,26 @@ def test_first_prompt_is_system_then_page_and_goal_then_assistant_header(tokeniz
     assert text.startswith("<|startoftext|><|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n")
     user = "<|im_start|>user\nPage:\n" + PAGE + "\n\nGoal: Click the button.<|im_end|>\n"
     assert text.endswith(user + "<|im_start|>assistant\n")
+
+
+def test_without_the_action_reference_the_system_prompt_is_the_instructions_alone(tokenizer):
+    with_list, without = (
+        ChatTurns(tokenizer, 2000, reference).first_prompt(observation()) for reference in (True, False)
+    )
+    text = tokenizer.decode(without)
+    assert text.startswith("<|startoftext|><|im_start|>system\n" + INSTRUCTIONS + "<|im_end|>\n")
+    assert "click(bid" in SYSTEM_PROMPT and "click(bid" not in text
+    assert len(with_list) - len(without) > 200  # the list is most of the system prompt
+
+
+def test_the_action_reference_is_an_episode_setting_saved_beside_the_model_and_on_by_default(tmp_path):
+    (tmp_path / "old").mkdir()  # a model saved before the setting existed
+    (tmp_path / "old" / SETTINGS_FILE).write_text('{"max_turns": 3, "max_page_chars": 2000, "settle_ms": 0}')
+    assert saved_with(str(tmp_path / "old")).action_reference is True
+    replace(DEFAULTS, action_reference=False).save(tmp_path / "new")
+    assert saved_with(str(tmp_path / "new")).action_reference is False
+    with pytest.raises(ConfigError, match="action_reference True, not the False it was made with"):
+        resolve(EpisodeArguments(action_reference=True), saved_with(str(tmp_path / "new")), "the model")
 
 
 def test_every_later_message_says_the_outcome_then_the_page_then_the_goal_again(tokenizer):

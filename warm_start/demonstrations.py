@@ -42,6 +42,10 @@ log = logging.getLogger("demonstrations")
 FORMAT_VERSION = 1
 
 
+# Episode settings added after files were recorded without them, and the value those files were played with.
+SINCE_ADDED = {"action_reference": True}
+
+
 class Turn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     page: str = Field(description="the page the policy was shown before replying: BrowserGym's axtree_txt")
@@ -72,7 +76,10 @@ class Demonstration(BaseModel):
     @field_validator("settings", mode="before")
     @classmethod
     def every_setting(cls, settings):
-        """Settings are all given or not at all: a default filled in would be a guess about what the policy saw."""
+        """Settings are all given or not at all: a default filled in would be a guess about what the policy saw. A
+        setting added since a file was written is what every episode was played with before it existed."""
+        if isinstance(settings, dict):
+            settings = SINCE_ADDED | settings
         missing = [f.name for f in fields(EpisodeSettings) if isinstance(settings, dict) and f.name not in settings]
         if missing:
             raise ValueError(f"missing {', '.join(missing)}")

@@ -149,7 +149,7 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
     model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     max_length = config.max_length or longest_row(model_args.model_name_or_path, model_args.model_revision)
-    chat = ChatTurns(tokenizer, settings.settings.max_page_chars)
+    chat = ChatTurns(tokenizer, settings.settings.max_page_chars, settings.settings.action_reference)
     training, validation = (
         held_out(demonstrations, args.validation_share) if args.validation_share else (demonstrations, [])
     )
