@@ -43,8 +43,9 @@ from env_client import LocalEnvServer
 from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
-# What the GPU's container runs: train.py, the top-level modules it imports and the recipe's package.
-RECIPE = ("train", "env_client", "rewards", "browser_rl")
+# What the GPU's container runs: train.py, the top-level modules it imports, the recipe's package, and the experts
+# and plans that guide its guided episodes (warm_start).
+RECIPE = ("train", "env_client", "rewards", "browser_rl", "warm_start")
 # The environment package, whole: the trainer imports its wire types and actions, and builds the environment
 # servers' image from its folder (server/Dockerfile, with the folder as the build context).
 ENVIRONMENT_PACKAGE = PROJECT_DIR / "web_env"

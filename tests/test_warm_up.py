@@ -17,6 +17,7 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
+from browser_rl.generation import load_policy, model_generate
 from browser_rl.options import FIRST_DEMONSTRATION_SEED, EpisodeArguments, WarmUpArguments
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
@@ -26,6 +27,7 @@ from warm_start import record, warm_up
 from warm_start.demonstrations import load, save, sft_dataset
 from warm_start.plans import Plan, a_third_right, plan
 from warm_start.record import record_mix
+from web_env.models import BrowserGymObservation
 
 FIRST_SEED = FIRST_DEMONSTRATION_SEED
 
@@ -138,7 +140,7 @@ def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_setti
     record.main(
         [
             *("--tasks", "click-test", "--episodes", "8", "--first_seed", "0", "--env_url", env_server.url),
-            *("--sampled_by", half_right_model, "--model_name_or_path", half_right_model),
+            *("--sampled_by", half_right_model, "--model_name_or_path", half_right_model, "--temperature", "0"),
             *("--demonstrations", str(demonstrations)),
         ]
     )
@@ -146,8 +148,13 @@ def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_setti
     assert [(row.task, row.seed) for row in rows] == [("click-test", seed) for seed in range(8)]
     assert all(row.settings == episode_settings.saved_with(half_right_model) for row in rows)
     assert all(len(row.turns) == 1 for row in rows)  # the model's one action a turn, as it was trained
-    # Sampled: the half-right model's replies differ from seed to seed (a click, right or wrong, or no action).
-    assert len({row.turns[0].reply for row in rows}) > 1
+    # Each reply is the model's own (greedy here, so that it can be written again): its reply to the page recorded.
+    model, tokenizer = load_policy(half_right_model)
+    chat = ChatTurns(tokenizer, rows[0].settings.max_page_chars)
+    for row in rows:
+        first_page = BrowserGymObservation(goal=row.goal, axtree_txt=row.turns[0].page, text="")
+        (reply,) = model_generate(model, tokenizer, 0, 32)([chat.first_prompt(first_page)])
+        assert row.turns[0].reply == tokenizer.decode(reply.ids, skip_special_tokens=True)
     assert len(load(demonstrations)) == sum(row.solved for row in rows)  # the warm-up learns its successes alone
     with pytest.raises(ConfigError, match="sampled_by and replies each say who plays the episodes"):
         record.main(
