@@ -95,9 +95,10 @@ def keyed_by_instance(records: list[dict]) -> dict[tuple[str, int, int], bool]:
 
 
 def differing_settings(before: dict, after: dict) -> list[str]:
-    """The settings (decoding, episode settings, tasks) in which the two evaluations differ."""
-    keys = (before.keys() | after.keys()) - NOT_COMPARED
-    return sorted(f"{k}: {before.get(k)!r} -> {after.get(k)!r}" for k in keys if before.get(k) != after.get(k))
+    """The settings (decoding, episode settings, tasks) in which the two evaluations differ; a setting only one of
+    them records (an option added in between) says nothing of the other."""
+    keys = (before.keys() & after.keys()) - NOT_COMPARED
+    return sorted(f"{k}: {before[k]!r} -> {after[k]!r}" for k in keys if before[k] != after[k])
 
 
 def compare(before_dir: str, after_dir: str) -> Comparison:
@@ -140,8 +141,9 @@ def report(comparison: Comparison) -> str:
     for setting in comparison.differing_settings:
         rows.append(f"  played otherwise: {setting}")
     if comparison.changed:
-        rows.append("  episodes that changed (task seed: gained or lost):")
-        for change in comparison.changed:
-            outcome = "gained" if change["after"] else "lost"
-            rows.append(f"    {change['task_name']} {change['seed']}: {outcome}")
+        rows.append("  episodes that changed, by seed:")
+    for task, changes in grouped(comparison.changed, lambda change: change["task_name"]).items():
+        for outcome, after in (("gained", True), ("lost", False)):
+            if seeds := sorted(change["seed"] for change in changes if change["after"] == after):
+                rows.append(f"    {task} {outcome} ({len(seeds)}): {', '.join(map(str, seeds))}")
     return "\n".join(rows)

@@ -37,7 +37,8 @@ def test_episodes_pair_by_task_and_seed_whatever_order_each_evaluation_played_th
     assert comparison.unpaired == (0, 1)  # a 9 was played after only
     assert sorted((c["task_name"], c["seed"]) for c in comparison.changed) == [("a", 2), ("a", 3), ("b", 7)]
     text = report(comparison)
-    assert "without a pair, left out: 0 episodes before, 1 after" in text and "a 3: gained" in text
+    assert "without a pair, left out: 0 episodes before, 1 after" in text
+    assert "    a gained (2): 2, 3\n    b gained (1): 7" in text
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,8 @@ def test_settings_played_otherwise_are_named_and_evaluations_without_common_inst
     before = write_evaluation(tmp_path / "before", [("t", 1, True)], temperature=0.0, max_turns=3)
     after = write_evaluation(tmp_path / "after", [("t", 1, True)], temperature=1.0, max_turns=3)
     assert "played otherwise: temperature: 0.0 -> 1.0" in report(compare_evaluations(before, after))
+    older = write_evaluation(tmp_path / "older", [("t", 1, True)], temperature=1.0)  # before max_turns was recorded
+    assert "played otherwise" not in report(compare_evaluations(after, older))
     elsewhere = write_evaluation(tmp_path / "elsewhere", [("t", 2, True)])
     with pytest.raises(UsageError, match=r"no task instance \(task and seed\) in common"):
         compare_evaluations(before, elsewhere)
