@@ -57,6 +57,18 @@ def disagree(outcomes: list[Episode]) -> bool:
     return len({outcome.solved for outcome in outcomes}) > 1
 
 
+def round_slots(
+    pending: dict[int, int], groups: list[range], instance_of_group: list[TaskInstance]
+) -> tuple[dict[int, TaskInstance], dict[int, int]]:
+    """The slots of the pending groups -> their instance, and -> their guide turns: half of a guided group's."""
+    slots, guide_turns = {}, {}
+    for g, turns in pending.items():
+        for place, slot in enumerate(groups[g]):
+            slots[slot] = instance_of_group[g]
+            guide_turns[slot] = turns if place < len(groups[g]) // 2 else 0
+    return slots, guide_turns
+
+
 class GroupDraws:
     """A step's groups (`group_size` consecutive slots each, as TRL groups a generation batch's advantages), played
     by `play_round` until `wanted` of them disagree or `max_groups` were played; with `guided_tasks`, a group of one of
@@ -91,12 +103,7 @@ class GroupDraws:
         pending = dict.fromkeys(range(len(groups)), 0)  # the groups to play next -> their guide turns
         informative, guided = set(), set()
         for round_number in itertools.count():
-            slots, guide_turns = {}, {}
-            for g, turns in pending.items():
-                for place, slot in enumerate(groups[g]):
-                    slots[slot] = instance_of_group[g]
-                    guide_turns[slot] = turns if place < group_size // 2 else 0  # half the group guided
-            mine, outcomes = play_round(slots, guide_turns)
+            mine, outcomes = play_round(*round_slots(pending, groups, instance_of_group))
             result.groups_played += len(pending)
             result.played += mine.values()
             self._learn_from([outcomes[slot] for slot in sorted(outcomes)])
