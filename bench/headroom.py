@@ -53,12 +53,13 @@ def main() -> None:
     if not (args.tasks or args.config):
         parser.error("name the tasks: --tasks or --config")
     setup_logging()
-    task_options = ["--config", args.config] if args.config else ["--tasks", *args.tasks]
+    (tasks,) = parse_command_line(
+        [TaskArguments], ["--config", args.config] if args.config else ["--tasks", *args.tasks]
+    )
     output_dir = Path(args.output_dir or Path(args.model) / "headroom")
     results = {}
     for temperature in args.temperatures:
         for seed_set in args.seed_sets:
-            (tasks,) = parse_command_line([TaskArguments], task_options)
             evaluation_dir = output_dir / f"{seed_set}-t{temperature}"
             summary = evaluate(
                 EvalArguments(
