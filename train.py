@@ -30,7 +30,7 @@ from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.dynamic_sampling import GroupDraws, StepPlay
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
-from browser_rl.evaluation import measured_success
+from browser_rl.evaluation_report import measured_success
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
 from browser_rl.gguf import as_checkpoint
 from browser_rl.guidance import guided
@@ -42,7 +42,7 @@ from browser_rl.options import (
     SftPhaseArguments,
     TaskArguments,
 )
-from browser_rl.rollout import EpisodeRunner, Policy, sampling
+from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskInstance, TaskSampler, task_instances
@@ -86,7 +86,6 @@ def make_rollout_func(
     draws: GroupDraws,
     guide: Policy | None,
     phases: SftPhases,
-    max_env_failures: int,
     traces: TrainingTraces,
 ):
     """TRL's rollout contract: prompts in (each repeated num_generations times), one episode per prompt out. A step
@@ -101,7 +100,7 @@ def make_rollout_func(
         served = max(1, args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps)
         traced = trainer.accelerator.is_main_process and covers_a_traced_step(step, served, args.trace_every)
         first = trainer.accelerator.process_index * len(prompts)
-        rounds = StepRounds(runner, trainer, range(first, first + len(prompts)), guide, max_env_failures, traced)
+        rounds = StepRounds(runner, trainer, range(first, first + len(prompts)), guide, traced)
         played = draws.play(instances, trainer.num_generations, step, rounds)
         episodes = [played.episodes[slot] for slot in rounds.mine]
         figures = rounds.figures(played)
@@ -132,10 +131,10 @@ class StepRounds:
     turns by `guide`, a batch the environment failed played again (traced, with their pages' images), and times them
     all: the step takes as long as its slowest rank."""
 
-    def __init__(self, runner: EpisodeRunner, trainer, mine: range, guide: Policy | None, max_env_failures, traced):
-        self.runner, self.mine, self.max_env_failures, self.traced = runner, mine, max_env_failures, traced
+    def __init__(self, runner: EpisodeRunner, trainer, mine: range, guide: Policy | None, traced: bool):
+        self.runner, self.mine, self.traced = runner, mine, traced
         self.generate, self.generating = timed(trainer_generate(trainer))
-        self.policy = sampling(self.generate) if guide is None else guided(sampling(self.generate), guide)
+        self.policy = model_policy(self.generate) if guide is None else guided(model_policy(self.generate), guide)
         self.context = longest_context(trainer)
         self.start, self.cpu_before = time.perf_counter(), runner.servers.cpu_readings()
 
@@ -144,9 +143,7 @@ class StepRounds:
         mine = {}
         if own:  # a round may replay only other ranks' groups
             instances, turns = [slots[slot] for slot in own], [guide_turns[slot] for slot in own]
-            played = self.runner.run_until_played(
-                instances, self.policy, self.context, self.max_env_failures, self.traced, turns
-            )
+            played = self.runner.run_until_played(instances, self.policy, self.context, self.traced, turns)
             mine = dict(zip(own, played, strict=True))
         outcomes = dict(gather_object([(slot, episode.outcome()) for slot, episode in mine.items()]))
         return mine, outcomes
@@ -206,7 +203,6 @@ def build_trainer(
     model_args: ModelConfig,
     tokenizer,
     runner: EpisodeRunner,
-    max_env_failures: int,
     callbacks: list[TrainerCallback] = (),
 ) -> RecipeTrainer:
     peft_config = get_peft_config(model_args)
@@ -266,7 +262,6 @@ def build_trainer(
             draws,
             guide,
             sft_phases,
-            max_env_failures,
             TrainingTraces(training_args.output_dir, runner.settings.max_page_chars),
         ),
         callbacks=[StepPrinter(), MetricsLog(), *callbacks],
@@ -342,11 +337,9 @@ def main(
             training_args.local_process_index,
             training_args.world_size,
         )
-        runner = EpisodeRunner(pool, tokenizer, settings.settings, lockstep=episodes.lockstep)
+        runner = EpisodeRunner(pool, tokenizer, settings.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
-        trainer = build_trainer(
-            tasks, phases, training_args, model_args, tokenizer, runner, servers.max_env_failures, callbacks
-        )
+        trainer = build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
-from browser_rl.evaluation import wilson_interval
+from browser_rl.evaluation_report import wilson_interval
 from browser_rl.metrics import setup_logging
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.prompts import compact_page

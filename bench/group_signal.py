@@ -16,7 +16,7 @@ import argparse
 import random
 import statistics
 
-from browser_rl.evaluation import measured_success
+from browser_rl.evaluation_report import measured_success
 from browser_rl.tasks import TaskSampler
 
 DRAWINGS = {

@@ -47,7 +47,7 @@ from browser_rl.metrics import METRICS_FILE, logged_steps, setup_logging, task_s
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import PRESETS
-from warm_start.plans import Replies, a_third_right, one_right_of_eight
+from warm_start.plans import ReplyMix, a_third_right, one_right_of_eight
 from warm_start.tiny_lfm2 import build_tiny_lfm2
 
 matplotlib.use("Agg")  # files only, no display
@@ -64,7 +64,7 @@ RUNNING_WINDOW = 3  # a task's running success: the mean of its last 3 logged st
 class Benchmark:
     tasks: list[str]
     width: int | None  # of a randomly initialised tiny LFM2; None: bench/copying.py's model (256 wide, 4 layers)
-    replies: Replies  # of the warm-up
+    replies: ReplyMix  # of the warm-up
     warm_up_seeds: int  # task instances per task the warm-up learns from
     warm_up_steps: int
     grpo_config: Path

@@ -14,7 +14,8 @@ import time
 from dataclasses import replace
 
 from browser_rl.episode_settings import DEFAULTS
-from browser_rl.evaluation import batches_keeping_tasks, episode_record, instances_to_play, split_summaries, summarize
+from browser_rl.evaluation import batches_keeping_tasks, episode_record, instances_to_play
+from browser_rl.evaluation_report import split_summaries, summarize
 from browser_rl.metrics import grouped, setup_logging
 from browser_rl.options import EvalArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner
@@ -39,7 +40,7 @@ def main() -> None:
         runner = EpisodeRunner(servers, tokenizer, settings)
         stack.callback(runner.close)
         for batch in batches_keeping_tasks(planned, args.batch_size):
-            played = runner.run_until_played(batch, following_plans(tokenizer), None, max_failures=3)
+            played = runner.run_until_played(batch, following_plans(tokenizer))
             records += [episode_record(episode) for episode in played]
     seconds = time.perf_counter() - start
     overall = summarize(records)

@@ -15,7 +15,7 @@ import time
 from browser_rl import generation
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.generation import cached_generate, load_policy
-from browser_rl.rollout import EpisodeRunner, sampling
+from browser_rl.rollout import EpisodeRunner, model_policy
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import PRESETS
 from env_client import LocalEnvServer
@@ -37,7 +37,7 @@ def first_turn(runner: EpisodeRunner, instances: list, model, tokenizer, sharing
         return replies
 
     try:
-        episodes = runner.run(instances, sampling(timed))
+        episodes = runner.run(instances, model_policy(timed))
     finally:
         hook.remove()
         generation.shared_prefixes = SHARING

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.generation import cached_generate, load_policy, model_generate
-from browser_rl.rollout import EpisodeRunner, sampling
+from browser_rl.rollout import EpisodeRunner, model_policy
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 
@@ -37,7 +37,7 @@ TASKS = [
 
 def play(runner: EpisodeRunner, instances: list, way: str, generate, max_context_tokens: int) -> tuple[float, list]:
     start = time.perf_counter()
-    episodes = runner.run(instances, sampling(generate), max_context_tokens)
+    episodes = runner.run(instances, model_policy(generate), max_context_tokens)
     seconds = time.perf_counter() - start
     print(f"{way}: {len(episodes)} episodes in {seconds:.0f} s", flush=True)
     return seconds, episodes

@@ -16,7 +16,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from browser_rl.episode_settings import DEFAULTS
-from browser_rl.generation import written
+from browser_rl.generation import reply_of_text
 from browser_rl.options import ServerArguments
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
@@ -36,7 +36,7 @@ def wrong_at_the_end_of_every_third_seed(tokenizer):
             plan = plan_of(episode)
             step = min(episode.turns, len(plan.right) - 1)
             wrong = episode.seed % 3 == 0 and episode.turns >= len(plan.right) - 1
-            replies.append(written(tokenizer, (plan.wrong if wrong else plan.right)[step]))
+            replies.append(reply_of_text(tokenizer, (plan.wrong if wrong else plan.right)[step]))
         return replies
 
     return policy

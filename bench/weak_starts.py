@@ -12,7 +12,7 @@ from browser_rl.options import FIRST_DEMONSTRATION_SEED
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
 from warm_start.demonstrations import sft_dataset
-from warm_start.plans import Replies
+from warm_start.plans import ReplyMix
 from warm_start.record import record_mix
 from warm_start.warm_up import WarmUpConfig, fine_tune, longest_row
 
@@ -39,7 +39,7 @@ def weak_start(
     output_dir: Path,
     env_url: str,
     tasks: list[str],
-    replies: Replies,
+    replies: ReplyMix,
     settings: EpisodeSettings,
     steps: int = 150,
     batch_size: int = 16,

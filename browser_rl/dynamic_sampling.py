@@ -15,9 +15,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from browser_rl.episode import Episode
 from browser_rl.guidance import FIRST_GUIDE_TURNS, next_guide_turns
 from browser_rl.metrics import episodes_by_task
-from browser_rl.rollout import Episode
 from browser_rl.tasks import TaskInstance, TaskSampler
 
 # A round plays the groups given (every rank's slots -> instance, and each slot's guide turns: browser_rl.guidance), and

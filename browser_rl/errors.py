@@ -28,5 +28,9 @@ class EnvironmentFailure(Exception):
         self.server = server
 
 
+# Environment failures in a row a command rides out, each replaying the batch, before it stops (--max_env_failures).
+MAX_ENV_FAILURES = 3
+
+
 class EnvironmentUnavailable(Exception):
     """The environment failed max_env_failures times in a row: the run stops, its checkpoints kept."""

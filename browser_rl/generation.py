@@ -32,7 +32,7 @@ class Reply:
     guided: bool = False
 
 
-def written(tokenizer, text: str) -> Reply:
+def reply_of_text(tokenizer, text: str) -> Reply:
     """`text` as a reply the policy wrote and ended: what a scripted policy or a demonstration replies."""
     ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
     return Reply(ids, [0.0] * len(ids), ended=True)

@@ -10,7 +10,8 @@ guided episode was finished by the expert alone (no action of the policy's to le
 
 from dataclasses import replace
 
-from browser_rl.rollout import Episode, Policy
+from browser_rl.episode import Episode
+from browser_rl.rollout import Policy
 
 FIRST_GUIDE_TURNS = 1
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from trl import GRPOConfig
 
+from browser_rl.errors import MAX_ENV_FAILURES
 from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks
 from web_env import task_modules
 from web_env.models import MAX_SETTLE_MS
@@ -138,7 +139,8 @@ class ServerArguments:
     )
     env_timeout_s: float = field(default=120.0, metadata={"help": "longest wait for one answer of a server"})
     max_env_failures: int = field(
-        default=3, metadata={"help": "environment failures in a row before the command stops (each replays)"}
+        default=MAX_ENV_FAILURES,
+        metadata={"help": "environment failures in a row before the command stops (each replays)"},
     )
 
     def __post_init__(self):

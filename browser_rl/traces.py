@@ -20,8 +20,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 from transformers.integrations import TensorBoardCallback, WandbCallback
 
+from browser_rl.episode import Episode
 from browser_rl.prompts import cut_page
-from browser_rl.rollout import Episode
 
 log = logging.getLogger("traces")
 

@@ -70,12 +70,12 @@ RESUMABLE_WITH_PHASES = (*RESUMABLE, "--max_steps", "5", "--sft_phase_steps", "2
 def built_trainer(tokenizer, env_url: str, *overrides: str) -> tuple:
     """(trainer, runner) as train.main builds them for the smoke config and `overrides`, on the server at env_url,
     without training; the runner is the caller's to close."""
-    tasks, episodes, servers, phases, training_args, model_args = parse_config(
+    tasks, episodes, _, phases, training_args, model_args = parse_config(
         "configs/smoke.yaml", "--env_url", env_url, *overrides
     )
     settings = episode_settings.resolve(episodes, None, "the test").settings
     runner = EpisodeRunner(ServerPool([env_url]), tokenizer, settings, lockstep=episodes.lockstep)
-    trainer = train.build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, servers.max_env_failures)
+    trainer = train.build_trainer(tasks, phases, training_args, model_args, tokenizer, runner)
     return trainer, runner
 
 

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from bench.drift import reply_probabilities
 from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
-from browser_rl.generation import written
+from browser_rl.generation import reply_of_text
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
@@ -32,11 +32,11 @@ def played_episodes(env_server, tokenizer, max_turns: int):
             steps = DETOURS[episode.task_name] + plan_of(episode).right
             step = steps[min(episode.turns, len(steps) - 1)]
             if step is None:  # cut off by the length limit: no end-of-turn token
-                replies.append(written(tokenizer, "click('1"))
+                replies.append(reply_of_text(tokenizer, "click('1"))
                 replies[-1].ids.pop()
                 replies[-1].ended = False
             else:
-                replies.append(written(tokenizer, step))
+                replies.append(reply_of_text(tokenizer, step))
         return replies
 
     settings = EpisodeSettings(max_turns=max_turns)
@@ -167,7 +167,7 @@ def test_bench_drift_scores_each_reply_as_a_token_by_token_sampler_would(tiny_mo
     context = replay(demonstration, chat).context()
     expected, searched_from = [], 0
     for turn in demonstration.turns:
-        reply = written(tokenizer, turn.reply).ids  # with its end-of-turn token
+        reply = reply_of_text(tokenizer, turn.reply).ids  # with its end-of-turn token
         start = next(p for p in range(searched_from, len(context)) if context[p : p + len(reply)] == reply)
         searched_from = start + len(reply)
         probabilities = []

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from browser_rl.dynamic_sampling import GroupDraws
+from browser_rl.episode import Episode
 from browser_rl.metrics import read_metrics
-from browser_rl.rollout import Episode
 from browser_rl.tasks import TaskSampler
 from helpers import train_here
 

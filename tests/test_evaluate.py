@@ -20,19 +20,12 @@ import evaluate as evaluate_py
 import train
 from browser_rl import evaluation
 from browser_rl.command_line import parse_command_line
+from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.evaluation import (
-    CHART_FILE,
-    batches_keeping_tasks,
-    evaluate,
-    instances_to_play,
-    protocol_differences,
-    report,
-    wilson_interval,
-)
+from browser_rl.evaluation import batches_keeping_tasks, evaluate, instances_to_play, protocol_differences
+from browser_rl.evaluation_report import CHART_FILE, measured_success, report, wilson_interval
 from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
-from browser_rl.rollout import Episode
 from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
 
@@ -70,7 +63,7 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(
     assert json.loads((tmp_path / "summary.json").read_text())["episodes"] == 5
     # What a curriculum can start from (train.py --curriculum_start): each task's rate, the temperature, the model.
     rate = summary["solved"] / 5
-    assert evaluation.measured_success(str(tmp_path)) == ({"click-test": rate}, 1.0, tiny_model)
+    assert measured_success(str(tmp_path)) == ({"click-test": rate}, 1.0, tiny_model)
     traces = sorted((tmp_path / "traces/click-test").glob("*.json"))
     assert [path.name for path in traces] == [f"episode-{i:05d}-seed-{records[i]['seed']}.json" for i in (0, 1)]
     for path, record in zip(traces, records, strict=False):

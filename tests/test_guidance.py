@@ -3,11 +3,12 @@ policy and masked out of the loss, and a GRPO run guides the groups that all fai
 
 import pytest
 
+from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.generation import Reply, written
+from browser_rl.generation import Reply, reply_of_text
 from browser_rl.guidance import guided, next_guide_turns
 from browser_rl.metrics import read_metrics
-from browser_rl.rollout import Episode, EpisodeRunner
+from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.traces import episode_trace
 from helpers import segments, train_here
@@ -30,7 +31,7 @@ def test_the_guide_plays_the_first_turns_and_its_replies_are_shown_but_never_tra
     assert known == {"enter-text"}
     assert asked == [[(5, 0)], [(5, 1), (6, 1)]]  # the policy never replied to the guided turn
     assert led.actions[0].startswith("fill(") and led.actions[1] == plain.actions[0] == "noop()"
-    (guide_reply_ids,) = [written(tokenizer, led.replies[0]).ids]
+    (guide_reply_ids,) = [reply_of_text(tokenizer, led.replies[0]).ids]
     # In the token stream: the guide's reply, the page after it, then the policy's reply, the only tokens trained on.
     assert led.completion_ids[: len(guide_reply_ids)] == guide_reply_ids
     policy_segments = [ids for mask, ids in segments(led.completion_ids, led.env_mask) if mask == 1]

@@ -1,6 +1,7 @@
 """What a run reports about itself: the step line's weakest task, where success started and ended, the environment's
 cost, the share of training skipped, and success per BrowserGym split."""
 
+from browser_rl.episode import Episode
 from browser_rl.metrics import (
     breakdown,
     environment_cost,
@@ -9,7 +10,6 @@ from browser_rl.metrics import (
     success_trend,
     weakest_task,
 )
-from browser_rl.rollout import Episode
 from browser_rl.tasks import PRESETS
 
 

@@ -126,10 +126,10 @@ def test_a_server_without_the_module_refuses_its_task_naming_the_task_and_the_se
 def test_a_setup_that_raises_is_replayed_and_never_scored_and_the_run_says_which_task_and_seed(
     coffee_server, tokenizer
 ):
-    runner = EpisodeRunner(ServerPool([coffee_server.url]), tokenizer, EpisodeSettings(max_turns=1))
+    runner = EpisodeRunner(ServerPool([coffee_server.url]), tokenizer, EpisodeSettings(max_turns=1), max_env_failures=1)
     try:
         with pytest.raises(EnvironmentUnavailable, match="failed 2x in a row") as unavailable:
-            runner.run_until_played([("coffee-setup-raises", 3)], policy=None, max_context_tokens=None, max_failures=1)
+            runner.run_until_played([("coffee-setup-raises", 3)], policy=None)
     finally:
         runner.close()
     message = str(unavailable.value)

@@ -19,7 +19,7 @@ import train
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ModelUnavailable
-from browser_rl.generation import written
+from browser_rl.generation import reply_of_text
 from browser_rl.gguf import as_checkpoint, sha256
 from browser_rl.prompts import SYSTEM_PROMPT, ChatTurns, feedback
 from browser_rl.rollout import EpisodeRunner
@@ -134,7 +134,7 @@ def test_the_rollout_s_token_stream_is_the_real_chat_template_s_rendering_token_
     def policy(episodes):
         turn = episodes[0].turns
         text = replies[turn] or click_the_button(episodes[0].observation.axtree_txt)
-        return [written(real_tokenizer, text)]
+        return [reply_of_text(real_tokenizer, text)]
 
     runner = EpisodeRunner(ServerPool([env_server.url]), real_tokenizer, EpisodeSettings(max_turns=3), lockstep=True)
     try:

@@ -16,8 +16,9 @@ from openenv.core.generic_client import GenericEnvClient
 import rewards
 from bench import restarts, reward_audit
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.evaluation import episode_record, summarize
-from browser_rl.generation import written
+from browser_rl.evaluation import episode_record
+from browser_rl.evaluation_report import summarize
+from browser_rl.generation import reply_of_text
 from browser_rl.metrics import episode_metrics
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
@@ -476,7 +477,7 @@ def test_a_partial_credit_ending_scores_zero_in_every_consumer_and_the_right_end
         for e in episodes:
             first = e.first_observation
             actions = checkbox_actions(first.axtree_txt, asked_boxes(first.goal), playing[id(e)])
-            replies.append(written(tokenizer, actions[e.turns]))
+            replies.append(reply_of_text(tokenizer, actions[e.turns]))
         return replies
 
     playing = {}

@@ -11,8 +11,8 @@ import torch
 from browser_rl import rollout
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentFailure
-from browser_rl.generation import Reply, cached_generate, load_policy, model_generate, written
-from browser_rl.rollout import EpisodeRunner, sampling
+from browser_rl.generation import Reply, cached_generate, load_policy, model_generate, reply_of_text
+from browser_rl.rollout import EpisodeRunner, model_policy
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import (
@@ -125,7 +125,7 @@ def test_episodes_that_advance_on_their_own_are_the_episodes_of_lock_step(env_se
         for episode in episodes:
             waits = ["noop(300)"] if len(episode.first_observation.goal) % 2 else []
             steps = waits + plan_of(episode).right
-            replies.append(written(tokenizer, steps[min(episode.turns, len(steps) - 1)]))
+            replies.append(reply_of_text(tokenizer, steps[min(episode.turns, len(steps) - 1)]))
         return replies
 
     runs = {}
@@ -190,7 +190,7 @@ def test_a_server_failing_while_an_episode_waits_for_the_next_batch_fails_the_ru
             calls.append([episode.seed for episode in episodes])
             os.killpg(server.pid, signal.SIGKILL)
             texts = {0: click_the_button(episodes[0].observation.axtree_txt), 1: "hello"}
-            return [written(tokenizer, texts[episode.seed]) for episode in episodes]
+            return [reply_of_text(tokenizer, texts[episode.seed]) for episode in episodes]
 
         runner = EpisodeRunner(ServerPool([server.url]), tokenizer, EpisodeSettings(max_turns=2))
         try:
@@ -216,7 +216,7 @@ def test_an_evaluations_episodes_prefill_each_turn_only_past_their_last_and_repl
         def policy(episodes):
             for episode in episodes:
                 contexts.setdefault(episode.seed, []).append(episode.context())
-            return sampling(generate)(episodes)
+            return model_policy(generate)(episodes)
 
         return policy
 

@@ -5,8 +5,8 @@ import collections
 import pytest
 
 from bench.group_signal import DRAWINGS, groups_with_an_advantage
+from browser_rl.episode import Episode
 from browser_rl.metrics import same_reward_share
-from browser_rl.rollout import Episode
 from browser_rl.tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks, task_instances
 from web_env.models import MINIWOB_TASKS
 

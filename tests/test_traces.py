@@ -16,10 +16,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import evaluate as evaluate_py
 import train
+from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.generation import Reply
 from browser_rl.metrics import METRICS_FILE, logged_steps, read_metrics
-from browser_rl.rollout import Episode, EpisodeRunner
+from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import PRESETS
 from browser_rl.traces import (

@@ -26,7 +26,7 @@ from vllm import SamplingParams
 
 import train
 from browser_rl import generation
-from browser_rl.rollout import sampling
+from browser_rl.rollout import model_policy
 from helpers import (
     built_trainer,
     first_prompt,
@@ -195,7 +195,7 @@ def test_a_reply_cut_off_by_the_length_limit_is_never_acted_on(half_right_model,
         str(len(right)),
     )
     try:
-        episodes = runner.run([("click-test", 0)] * 4, sampling(generation.vllm_generate(trainer)))
+        episodes = runner.run([("click-test", 0)] * 4, model_policy(generation.vllm_generate(trainer)))
     finally:
         runner.close()
     replies = [tokens for episode in episodes for tokens in reply_tokens(episode)]
@@ -220,7 +220,7 @@ def test_replies_end_on_every_token_trl_stops_on_not_only_the_tokenizers_eos(
     trainer, runner = vllm_trainer(str(tmp_path / "model"), env_server, tokenizer, tmp_path / "run", "--max_turns", "2")
     try:
         assert trainer.eos_token_ids == [tokenizer.eos_token_id, click]
-        episodes = runner.run([("click-test", 0)] * 4, sampling(generation.vllm_generate(trainer)))
+        episodes = runner.run([("click-test", 0)] * 4, model_policy(generation.vllm_generate(trainer)))
     finally:
         runner.close()
     assert sampled and all(reply.ids == [click] and reply.ended for _, reply in sampled)

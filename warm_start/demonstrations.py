@@ -28,11 +28,11 @@ from typing import Literal
 from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from browser_rl.episode import Episode, add_outcome, add_reply, begin
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import DemonstrationsError
-from browser_rl.generation import Reply, written
+from browser_rl.generation import Reply, reply_of_text
 from browser_rl.prompts import ChatTurns
-from browser_rl.rollout import Episode, add_outcome, add_reply, begin
 from browser_rl.tasks import known_tasks
 from rewards import solved
 from web_env.models import BrowserGymObservation
@@ -163,7 +163,7 @@ def replay(demonstration: Demonstration, chat: ChatTurns) -> Episode:
     turns = demonstration.turns
     begin(episode, chat, BrowserGymObservation(goal=demonstration.goal, axtree_txt=turns[0].page))
     for number, turn in enumerate(turns):
-        reply = written(chat.tokenizer, turn.reply)
+        reply = reply_of_text(chat.tokenizer, turn.reply)
         if not turn.ended:
             reply = Reply(reply.ids[:-1], reply.logprobs[:-1], ended=False)
         add_reply(episode, chat, reply)

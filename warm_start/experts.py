@@ -13,9 +13,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from browser_rl.generation import written
+from browser_rl.episode import Episode
+from browser_rl.generation import reply_of_text
 from browser_rl.prompts import ChatTurns
-from browser_rl.rollout import Episode, Policy
+from browser_rl.rollout import Policy
 from warm_start.page_tree import Node, find, nodes, quoted, texts_under
 
 # The expert's actions so far, each with the error it raised ("" if none), as the policy's messages tell them.
@@ -265,4 +266,4 @@ def expert_policy(chat: ChatTurns, experts: dict[str, Expert]) -> Policy:
         history = list(zip(episode.actions, episode.errors, strict=True))
         return experts[episode.task_name](episode.observation.goal, chat.page(episode.observation), history)
 
-    return lambda episodes: [written(chat.tokenizer, reply(episode)) for episode in episodes]
+    return lambda episodes: [reply_of_text(chat.tokenizer, reply(episode)) for episode in episodes]

@@ -1,8 +1,9 @@
 """The guides of guided GRPO episodes (browser_rl.guidance): for each task, its scripted expert (warm_start.experts,
 and a task module's own expert.py), else its scripted plan (warm_start.plans)."""
 
+from browser_rl.episode import Episode
 from browser_rl.prompts import ChatTurns
-from browser_rl.rollout import Episode, Policy
+from browser_rl.rollout import Policy
 from warm_start.experts import expert_policy, known_experts
 from warm_start.plans import PLANS, Plan, following_plans
 

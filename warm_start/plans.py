@@ -10,8 +10,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from browser_rl.generation import written
-from browser_rl.rollout import Episode, Policy
+from browser_rl.episode import Episode
+from browser_rl.generation import reply_of_text
+from browser_rl.rollout import Policy
 from warm_start.page_tree import find, nodes, quoted
 
 
@@ -112,7 +113,7 @@ def right_action(task_plan: Plan, step: int) -> str:
 # An instance's plan and a step of it -> the replies to demonstrate there, the right one first. Mixing right replies
 # with wrong ones demonstrates a policy that writes actions but picks the right one only some of the time: a weak
 # start that GRPO can improve on (the smoke run's, the learning benchmark's, the tests').
-Replies = Callable[[Plan, int], list[str]]
+ReplyMix = Callable[[Plan, int], list[str]]
 
 
 def right_only(plan: Plan, step: int) -> list[str]:
@@ -137,10 +138,10 @@ def a_third_right(plan: Plan, step: int) -> list[str]:
     return [plan.right[step]] * rights + [plan.wrong[step]] * wrongs
 
 
-REPLY_MIXES: dict[str, Replies] = {f.__name__: f for f in (right_only, one_right_of_eight, a_third_right)}
+REPLY_MIXES: dict[str, ReplyMix] = {f.__name__: f for f in (right_only, one_right_of_eight, a_third_right)}
 
 
-def choosing(tokenizer, replies: Replies, index: int) -> Policy:
+def choosing(tokenizer, replies: ReplyMix, index: int) -> Policy:
     """A policy that writes the `index`-th of `replies(plan, step)` at every step of the plan, and noop() past it
     (an episode that left the plan's path goes on until its turns run out)."""
 
@@ -153,4 +154,4 @@ def choosing(tokenizer, replies: Replies, index: int) -> Policy:
 def following_plans(tokenizer, choose: Callable[[Plan, int], str] = right_action) -> Policy:
     """A policy that replies to each episode with `choose(its plan, the number of actions it has taken)`: by
     default the plan's right action, which solves the instance."""
-    return lambda episodes: [written(tokenizer, choose(plan_of(e), e.turns)) for e in episodes]
+    return lambda episodes: [reply_of_text(tokenizer, choose(plan_of(e), e.turns)) for e in episodes]

@@ -25,16 +25,16 @@ from trl import ModelConfig
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.errors import ConfigError
+from browser_rl.errors import MAX_ENV_FAILURES, ConfigError
 from browser_rl.generation import load_policy, missing_model, model_generate
 from browser_rl.gguf import as_checkpoint
 from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
-from browser_rl.rollout import EpisodeRunner, Policy, sampling
+from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
 from warm_start.demonstrations import Demonstration, of_episode, save
 from warm_start.experts import Expert, expert_policy, known_experts
-from warm_start.plans import PLANS, REPLY_MIXES, Replies, choosing, plan
+from warm_start.plans import PLANS, REPLY_MIXES, ReplyMix, choosing, plan
 
 log = logging.getLogger("record")
 
@@ -42,41 +42,45 @@ OPTIONS = (RecordArguments, TaskArguments, EpisodeArguments, ServerArguments, Mo
 BATCH = 16  # episodes played at once
 
 
-def record(
-    runner: EpisodeRunner, instances: list[TaskInstance], policy: Policy, max_failures: int = 3
-) -> list[Demonstration]:
+def record(runner: EpisodeRunner, instances: list[TaskInstance], policy: Policy) -> list[Demonstration]:
     """Plays (task, seed) episodes with `policy` on `runner`'s sessions, BATCH at a time, and keeps each as a
     demonstration of the settings it was played with."""
     demonstrations = []
     for start in range(0, len(instances), BATCH):
-        episodes = runner.run_until_played(instances[start : start + BATCH], policy, None, max_failures)
+        episodes = runner.run_until_played(instances[start : start + BATCH], policy)
         demonstrations += [of_episode(episode, runner.settings) for episode in episodes]
         log.info("recorded %d of %d episodes", len(demonstrations), len(instances))
     return demonstrations
 
 
 def record_experts(
-    runner: EpisodeRunner, instances: list[TaskInstance], experts: dict[str, Expert], max_failures: int = 3
+    runner: EpisodeRunner, instances: list[TaskInstance], experts: dict[str, Expert]
 ) -> list[Demonstration]:
     """The episodes of `experts` (by task), each reading the page as the runner's prompt shows it to the policy."""
-    return record(runner, instances, expert_policy(runner.chat, experts), max_failures)
+    return record(runner, instances, expert_policy(runner.chat, experts))
 
 
 def record_mix(
-    servers: ServerPool, tokenizer, task: str, seeds: range, replies: Replies, settings: EpisodeSettings
+    servers: ServerPool,
+    tokenizer,
+    task: str,
+    seeds: range,
+    replies: ReplyMix,
+    settings: EpisodeSettings,
+    max_env_failures: int = MAX_ENV_FAILURES,
 ) -> list[Demonstration]:
     """Each seed's episodes in `replies`'s mix of right and wrong replies: the j-th writes the j-th reply at every
     step of the plan and ends there, whether it solved the instance or not (load them with keep_failed). An episode
     that ends there renders as one that ran out of turns: each is a demonstration under `settings`."""
     instances = [(task, seed) for seed in seeds]
-    with closing(EpisodeRunner(servers, tokenizer, settings, lockstep=True)) as runner:
+    with closing(EpisodeRunner(servers, tokenizer, settings, True, max_env_failures)) as runner:
         right = record(runner, instances, choosing(tokenizer, replies, 0))
     task_plan = plan(task, right[0].goal, right[0].turns[0].page)
     steps, count = len(task_plan.right), len(replies(task_plan, 0))
     if steps > settings.max_turns:
         raise ConfigError(f"max_turns: {task}'s plan takes {steps} actions, more than max_turns {settings.max_turns}")
     ending_there = replace(settings, max_turns=steps)
-    with closing(EpisodeRunner(servers, tokenizer, ending_there, lockstep=True)) as runner:
+    with closing(EpisodeRunner(servers, tokenizer, ending_there, True, max_env_failures)) as runner:
         mixed = [record(runner, instances, choosing(tokenizer, replies, j)) for j in range(1, count)]
     return right + [d.model_copy(update={"settings": settings}) for of_reply in mixed for d in of_reply]
 
@@ -88,7 +92,7 @@ def sampled_by(model_path: str, args: RecordArguments) -> tuple[Policy, episode_
         raise ConfigError(f"sampled_by: {missing}")
     path = as_checkpoint(model_path)
     model, tokenizer = load_policy(path)
-    policy = sampling(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
+    policy = model_policy(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
     return policy, episode_settings.saved_with(path)
 
 
@@ -113,15 +117,19 @@ def main(argv: list[str] | None = None) -> None:
         if args.replies:
             mix = REPLY_MIXES[args.replies]
             demonstrations = [
-                d for task in tasks.task_weights() for d in record_mix(pool, tokenizer, task, seeds, mix, settings)
+                d
+                for task in tasks.task_weights()
+                for d in record_mix(pool, tokenizer, task, seeds, mix, settings, servers.max_env_failures)
             ]
         else:
             instances = [(task, seed) for task in tasks.task_weights() for seed in seeds]
-            runner = stack.enter_context(closing(EpisodeRunner(pool, tokenizer, settings)))
+            runner = stack.enter_context(
+                closing(EpisodeRunner(pool, tokenizer, settings, max_env_failures=servers.max_env_failures))
+            )
             if own_episodes is None:
-                demonstrations = record_experts(runner, instances, scripted, servers.max_env_failures)
+                demonstrations = record_experts(runner, instances, scripted)
             else:
-                demonstrations = record(runner, instances, own_episodes, servers.max_env_failures)
+                demonstrations = record(runner, instances, own_episodes)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
