@@ -26,7 +26,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
 from trl import ModelConfig, get_peft_config
 
-from browser_rl import episode_settings
+from browser_rl import episode_settings, run_config
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.dynamic_sampling import GroupDraws, StepPlay
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
@@ -203,6 +203,7 @@ def build_trainer(
     model_args: ModelConfig,
     tokenizer,
     runner: EpisodeRunner,
+    config: dict,
     callbacks: list[TrainerCallback] = (),
 ) -> RecipeTrainer:
     peft_config = get_peft_config(model_args)
@@ -268,6 +269,7 @@ def build_trainer(
         phases=sft_phases,
         sampler=sampler,
         episode_settings=runner.settings,
+        run_config=config,
     )
     trainer.remove_callback(PrinterCallback)  # StepPrinter's line replaces its raw dict of every metric
     return trainer
@@ -288,6 +290,27 @@ def exit_with_the_launcher() -> None:
     threading.Thread(target=watch, name="launcher watch", daemon=True).start()
 
 
+def checkpoint_to_resume(training_args: RecipeConfig, config: dict) -> str | None:
+    """The checkpoint this run goes on from: the one named, else the output_dir's last complete one, if it was
+    written with the same options or `changed_config` says to resume anyway (browser_rl.run_config)."""
+    checkpoint = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+    changed = run_config.changes(checkpoint, config) if checkpoint else []
+    if not changed:
+        return checkpoint
+    if training_args.changed_config == "refuse":
+        raise ConfigError(
+            f"{checkpoint} was trained with other options ({'; '.join(changed)}): rerun with --changed_config resume "
+            "to go on from it with these, --changed_config restart to start afresh, or choose another --output_dir"
+        )
+    if training_args.changed_config == "resume":
+        log.warning("resuming from %s with changed options: %s", checkpoint, "; ".join(changed))
+        return checkpoint
+    if training_args.process_index == 0:
+        aside = run_config.set_aside(training_args.output_dir)
+        log.warning("starting afresh: the earlier run (%s) moved to %s", "; ".join(changed), aside)
+    return None
+
+
 def main(
     tasks: TaskArguments,
     episodes: EpisodeArguments,
@@ -304,6 +327,7 @@ def main(
         exit_with_the_launcher()
     if training_args.process_index > 0:  # the first rank speaks for the run; the others only warn
         logging.getLogger().setLevel(logging.WARNING)
+    config = run_config.run_config(tasks, episodes, phases, training_args, model_args)  # as given, before resolving
     model = model_args.model_name_or_path
     if missing := missing_model(model):
         raise ConfigError(f"model_name_or_path: {missing}")
@@ -315,8 +339,10 @@ def main(
             "the last checkpoint in its output_dir"
         )
     # A run continues from the last complete checkpoint in its output directory: rerunning the command after a crash,
-    # a kill or a preemption resumes it. A new output_dir starts afresh.
-    resume_from = training_args.resume_from_checkpoint or last_complete_checkpoint(training_args.output_dir)
+    # a kill or a preemption resumes it. A new output_dir starts afresh. The first rank sets an earlier run aside
+    # before the others look.
+    with training_args.main_process_first(desc="the checkpoint to resume from"):
+        resume_from = checkpoint_to_resume(training_args, config)
     settings = episode_settings.resolve(episodes, episode_settings.saved_with(model), model)
     if resume_from:
         episode_settings.resolve(episodes, episode_settings.saved_with(resume_from), resume_from)
@@ -339,7 +365,7 @@ def main(
         )
         runner = EpisodeRunner(pool, tokenizer, settings.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
-        trainer = build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, callbacks)
+        trainer = build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, config, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(

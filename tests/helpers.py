@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import train
-from browser_rl import episode_settings, generation
+from browser_rl import episode_settings, generation, run_config
 from browser_rl.command_line import parse_command_line
 from browser_rl.episode_settings import DEFAULTS
 from browser_rl.generation import Reply
@@ -73,9 +73,10 @@ def built_trainer(tokenizer, env_url: str, *overrides: str) -> tuple:
     tasks, episodes, _, phases, training_args, model_args = parse_config(
         "configs/smoke.yaml", "--env_url", env_url, *overrides
     )
+    config = run_config.run_config(tasks, episodes, phases, training_args, model_args)
     settings = episode_settings.resolve(episodes, None, "the test").settings
     runner = EpisodeRunner(ServerPool([env_url]), tokenizer, settings, lockstep=episodes.lockstep)
-    trainer = train.build_trainer(tasks, phases, training_args, model_args, tokenizer, runner)
+    trainer = train.build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, config)
     return trainer, runner
 
 

@@ -245,6 +245,30 @@ def test_a_resumed_run_draws_the_tasks_the_uninterrupted_run_drew(tiny_model, en
     assert step_2(resumed) == (played, probabilities)
 
 
+def test_a_rerun_with_other_options_is_refused_naming_them_and_resumes_or_restarts_when_told(
+    tiny_model, env_server, tmp_path, caplog
+):
+    run_training(tiny_model, env_server.url, tmp_path)
+    first = (tmp_path / "checkpoint-2" / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match=r"learning_rate: 0\.0005 -> 0\.0001; num_generations: 2 -> 4"):
+        run_training(tiny_model, env_server.url, tmp_path, "--learning_rate", "1e-4", "--num_generations", "4")
+    # What says how the run is kept or logged may change: more steps go on from the checkpoint.
+    with caplog.at_level(logging.INFO):
+        run_training(tiny_model, env_server.url, tmp_path, "--max_steps", "3", "--logging_steps", "2")
+    assert "resuming from" in caplog.text and (tmp_path / "checkpoint-3").is_dir()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_training(tiny_model, env_server.url, tmp_path, "--learning_rate", "1e-4", "--changed_config", "resume")
+    assert "with changed options: learning_rate: 0.0005 -> 0.0001" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_training(tiny_model, env_server.url, tmp_path, "--learning_rate", "2e-4", "--changed_config", "restart")
+    assert f"moved to {tmp_path / 'earlier-1'}" in caplog.text
+    assert (tmp_path / "earlier-1" / "checkpoint-2" / "model.safetensors").read_bytes() == first  # kept as it was
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]  # trained anew
+    assert json.loads((tmp_path / "checkpoint-1" / "run_config.json").read_text())["learning_rate"] == 2e-4
+
+
 def test_the_curriculum_starts_from_an_evaluation_sampled_at_the_training_temperature(
     tiny_model, tokenizer, tmp_path, caplog
 ):
