@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.command_options import CompareArguments
 from browser_rl.comparison import compare, report
-from browser_rl.options import CompareArguments
 
 
 def main() -> None:

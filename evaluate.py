@@ -16,11 +16,12 @@ browser_rl/evaluation.py.
 import os
 
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.command_options import EvalArguments
 from browser_rl.errors import ConfigError, UsageError
 from browser_rl.evaluation import evaluate
 from browser_rl.evaluation_report import report
 from browser_rl.generation import missing_model
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 
 OPTIONS = (EvalArguments, TaskArguments, EpisodeArguments, ServerArguments)
 

@@ -35,9 +35,9 @@ from transformers import TrainerCallback
 
 import train
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.command_options import ModalArguments
 from browser_rl.errors import ConfigError
 from browser_rl.metrics import setup_logging
-from browser_rl.options import ModalArguments
 from browser_rl.servers import open_server_pool
 from env_client import LocalEnvServer
 from web_env.models import TOKEN_VARIABLE

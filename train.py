@@ -37,11 +37,13 @@ from browser_rl.guidance import guided
 from browser_rl.metrics import MetricsLog, StepPrinter, step_metrics
 from browser_rl.options import (
     EpisodeArguments,
+    ModelOptions,
     RecipeConfig,
     ServerArguments,
     SftPhaseArguments,
     TaskArguments,
 )
+from browser_rl.progress import TerminalProgress, on_a_terminal
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
@@ -56,7 +58,7 @@ log = logging.getLogger("train")
 
 # Without max_groups_per_step, a step that wants informative groups plays at most this many times its groups.
 MAX_GROUPS_PER_STEP = 4
-OPTIONS = (TaskArguments, EpisodeArguments, ServerArguments, SftPhaseArguments, RecipeConfig, ModelConfig)
+OPTIONS = (TaskArguments, EpisodeArguments, ServerArguments, SftPhaseArguments, RecipeConfig, ModelOptions)
 
 
 def seed_dataset(num_seeds: int) -> Dataset:
@@ -265,7 +267,7 @@ def build_trainer(
             sft_phases,
             TrainingTraces(training_args.output_dir, runner.settings.max_page_chars),
         ),
-        callbacks=[StepPrinter(), MetricsLog(), *callbacks],
+        callbacks=[StepPrinter(), MetricsLog(), *([TerminalProgress()] if on_a_terminal() else []), *callbacks],
         phases=sft_phases,
         sampler=sampler,
         episode_settings=runner.settings,

@@ -16,10 +16,11 @@ import json
 from pathlib import Path
 
 from browser_rl.command_line import parse_command_line
+from browser_rl.command_options import EvalArguments
 from browser_rl.evaluation import evaluate
 from browser_rl.headroom import GROUP_SIZES
 from browser_rl.metrics import setup_logging
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 
 SEED_SETS = {"training": 0, "held-out": 1_000_000}
 

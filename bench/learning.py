@@ -42,9 +42,10 @@ from weak_starts import weak_start  # bench/weak_starts.py, beside this script
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
+from browser_rl.command_options import EvalArguments
 from browser_rl.evaluation import evaluate
 from browser_rl.metrics import METRICS_FILE, logged_steps, setup_logging, task_success_rates
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import PRESETS
 from warm_start.plans import ReplyMix, a_third_right, one_right_of_eight

@@ -13,11 +13,12 @@ import sys
 import time
 from dataclasses import replace
 
+from browser_rl.command_options import EvalArguments
 from browser_rl.episode_settings import DEFAULTS
 from browser_rl.evaluation import batches_keeping_tasks, episode_record, instances_to_play
 from browser_rl.evaluation_report import split_summaries, summarize
 from browser_rl.metrics import grouped, setup_logging
-from browser_rl.options import EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import open_server_pool
 from warm_start.plans import PLANS, following_plans

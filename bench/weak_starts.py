@@ -7,8 +7,8 @@ from pathlib import Path
 from transformers import AutoTokenizer
 from trl import ModelConfig
 
+from browser_rl.command_options import FIRST_DEMONSTRATION_SEED
 from browser_rl.episode_settings import EpisodeSettings
-from browser_rl.options import FIRST_DEMONSTRATION_SEED
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
 from warm_start.demonstrations import sft_dataset

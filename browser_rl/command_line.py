@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from trl import GRPOConfig, ModelConfig, SFTConfig, TrlParser
 
-from browser_rl import options
+from browser_rl import command_options, options
 from browser_rl.errors import ConfigError, EnvironmentUnavailable, UsageError
 from browser_rl.metrics import setup_logging
 from env_client import ServerDidNotStart
@@ -34,7 +34,8 @@ ENVIRONMENT_KEY = "env"
 
 def recipe_keys() -> set[str]:
     """Every key a recipe file may hold: the options of every command."""
-    types = [GRPOConfig, SFTConfig, ModelConfig, *(t for t in vars(options).values() if dataclasses.is_dataclass(t))]
+    groups = [t for module in (options, command_options) for t in vars(module).values() if dataclasses.is_dataclass(t)]
+    types = [GRPOConfig, SFTConfig, ModelConfig, *groups]
     return {f.name for t in types for f in dataclasses.fields(t)} | {ENVIRONMENT_KEY}
 
 
@@ -43,7 +44,10 @@ class Parser(TrlParser):
     hundred options and an exit."""
 
     def __init__(self, types: Sequence[type], config_file: str | None):
-        super().__init__(types)
+        # --help: this line, then each option group under its heading, the recipe's before TRL's (browser_rl.options).
+        super().__init__(
+            types, usage="%(prog)s [--config FILE.yaml] [--OPTION VALUE ...]: the command line overrides the file"
+        )
         self.config_file = config_file
 
     def error(self, message: str):

@@ -31,8 +31,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from browser_rl import episode_settings
+from browser_rl.command_options import EvalArguments
 from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
@@ -47,7 +49,8 @@ from browser_rl.evaluation_report import (
 from browser_rl.generation import Reply, cached_generate, load_policy
 from browser_rl.gguf import as_checkpoint, is_gguf
 from browser_rl.metrics import grouped
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
+from browser_rl.progress import on_a_terminal, time_left
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import TaskInstance, browsergym_benchmark
@@ -250,7 +253,9 @@ def run_episodes(
     output_dir = Path(args.output_dir)
     if records:
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
-    with open(output_dir / "episodes.jsonl", "a") as episodes_file:
+    start, recorded_before = time.monotonic(), len(records)
+    bar = tqdm(total=len(instances), initial=len(records), unit="episode", disable=not on_a_terminal())
+    with open(output_dir / "episodes.jsonl", "a") as episodes_file, bar:
         for batch in batches_of_samples(still_to_play(instances, records), args.batch_size, args.samples):
             traced = args.traces is not None
             # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
@@ -264,8 +269,11 @@ def run_episodes(
             episodes_file.flush()
             if traced:
                 write_viewer(output_dir, f"{args.model}: evaluation")
+            bar.update(len(batch))
             solved = sum(r["success"] for r in records)
-            log.info("%d/%d episodes, %d solved", len(records), len(instances), solved)
+            played, to_play = len(records) - recorded_before, len(instances) - recorded_before
+            elapsed = time_left(time.monotonic() - start, played, to_play)
+            log.info("%d/%d episodes, %d solved; %s", len(records), len(instances), solved, elapsed)
 
 
 def provenance() -> dict:

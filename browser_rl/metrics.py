@@ -8,12 +8,14 @@ metrics.jsonl back with `logged_steps`.
 import json
 import logging
 import re
+import time
 import warnings
 from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
 
+from browser_rl.progress import time_left
 from browser_rl.tasks import split_of
 
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
@@ -176,8 +178,11 @@ def environment_cost(logs: dict) -> str:
 
 
 class StepPrinter(TrainerCallback):
-    """One line per logged step, with the numbers worth watching, and where the step's time went; from the first
-    rank alone, whose figures are every rank's."""
+    """One line per logged step, with the numbers worth watching, where the step's time went, and the run's time
+    so far and left; from the first rank alone, whose figures are every rank's."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start, self.first_step = time.monotonic(), state.global_step  # a resumed run's pace is its own
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -198,7 +203,8 @@ class StepPrinter(TrainerCallback):
         logs = with_training_time(logs)
         log.info(
             "step %d/%d | success %.1f%%%s | reward %.3f (std %.3f) | turns %.1f | no action %.0f%% | loss %.4f"
-            " | entropy %.3f | lr %.2e%s | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s%s",
+            " | entropy %.3f | lr %.2e%s | %.1f episodes/s | generation %.1fs, environment %.1fs, training %.1fs%s%s"
+            " | %s",
             state.global_step,
             state.max_steps,
             100 * logs.get("episodes/success_rate", float("nan")),
@@ -217,6 +223,9 @@ class StepPrinter(TrainerCallback):
             logs.get("time/training_s", float("nan")),
             skipped_training(logs),
             environment_cost(logs),
+            time_left(
+                time.monotonic() - self.start, state.global_step - self.first_step, state.max_steps - self.first_step
+            ),
         )
 
 

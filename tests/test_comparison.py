@@ -6,11 +6,12 @@ import sys
 import pytest
 
 import compare
+from browser_rl.command_options import EvalArguments
 from browser_rl.comparison import compare as compare_evaluations
 from browser_rl.comparison import report
 from browser_rl.errors import UsageError
 from browser_rl.evaluation import evaluate
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 
 
 def write_evaluation(directory, outcomes: list[tuple[str, int, bool]], **settings) -> str:

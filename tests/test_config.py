@@ -12,7 +12,7 @@ from trl import get_peft_config
 
 import evaluate as evaluate_py
 import train
-from browser_rl.command_line import parse_command_line
+from browser_rl.command_line import Parser, parse_command_line
 from browser_rl.errors import ConfigError
 from browser_rl.generation import missing_model
 from browser_rl.tasks import PRESETS, preset_tasks
@@ -74,6 +74,38 @@ def test_without_cuda_the_config_falls_back_to_transformers_and_says_so(caplog):
     cuda = torch.cuda.is_available()
     assert training_args.use_vllm is cuda and training_args.bf16 is cuda
     assert ("No CUDA device: generating with transformers instead of vLLM" in caplog.text) is not cuda
+
+
+def heading_of(help_text: str, option: str) -> str:
+    """The heading --help shows `option` under."""
+    lines = help_text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"  --{option} "))
+    return next(line for line in reversed(lines[:at]) if line and not line.startswith(" "))
+
+
+@pytest.mark.parametrize(
+    "types, headings",
+    [
+        (
+            train.OPTIONS,
+            ["tasks:", "episodes:", "environment servers:", "SFT phases", "training: TRL's GRPO", "model:"],
+        ),
+        (evaluate_py.OPTIONS, ["evaluation:", "tasks:", "episodes:", "environment servers:"]),
+        (warm_up.OPTIONS, ["warm-up:", "episodes:", "training: TRL's SFTConfig", "model: TRL's ModelConfig"]),
+    ],
+)
+def test_help_shows_each_option_group_under_its_heading_the_recipes_before_trls(types, headings):
+    text = Parser(types, None).format_help()
+    assert text.startswith("usage: ") and text.index("\n") < 120  # one line, not every option
+    lines = text.splitlines()
+    found = [next(i for i, line in enumerate(lines) if line.startswith(heading)) for heading in headings]
+    assert found == sorted(found), headings
+    assert heading_of(text, "max_turns").startswith("episodes:")
+    if types == train.OPTIONS:
+        assert heading_of(text, "learning_rate").startswith("training: TRL's GRPOConfig")
+        assert heading_of(text, "trace_every").startswith("training: TRL's GRPOConfig")
+        assert heading_of(text, "model_name_or_path").startswith("model: TRL's ModelConfig")
+        assert heading_of(text, "informative_groups").startswith("tasks:")
 
 
 def test_command_line_overrides_the_file():

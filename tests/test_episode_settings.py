@@ -11,11 +11,12 @@ from trl import ModelConfig
 import train
 from bench.weak_starts import weak_start_config
 from browser_rl import episode_settings
+from browser_rl.command_options import EvalArguments, WarmUpArguments
 from browser_rl.episode_settings import DEFAULTS, SETTINGS_FILE, EpisodeSettings, resolve, saved_with
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.evaluation import evaluate
 from browser_rl.evaluation_report import report
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments, WarmUpArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.prompts import PROMPT_VERSION
 from helpers import parse_config
 from warm_start import warm_up

@@ -20,12 +20,13 @@ import evaluate as evaluate_py
 import train
 from browser_rl import evaluation
 from browser_rl.command_line import parse_command_line
+from browser_rl.command_options import EvalArguments
 from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.evaluation import batches_keeping_tasks, evaluate, instances_to_play, protocol_differences
 from browser_rl.evaluation_report import CHART_FILE, measured_success, report, wilson_interval
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
 
@@ -53,6 +54,9 @@ def test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for(
     line = r"(0/5 episodes; in the batch of 3|3/5 episodes; in the batch of 2), replying to [123] at turn (1|2|1-2) of"
     assert progress and all(re.fullmatch(line + " at most 2", message) for message in progress), progress
     assert {message[:3] for message in progress} == {"0/5", "3/5"}
+    batches = [r.getMessage() for r in caplog.records if "solved;" in r.getMessage()]
+    assert re.fullmatch(r"3/5 episodes, \d solved; \d+s elapsed, about \d+s left", batches[0]), batches
+    assert re.fullmatch(r"5/5 episodes, \d solved; \d+s elapsed", batches[1]), batches
     assert any("at turn 2" in message or "-2" in message for message in progress)
     records = [json.loads(line) for line in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert sorted(r["seed"] for r in records) == list(range(1_000_000, 1_000_005))  # held out from training seeds

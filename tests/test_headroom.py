@@ -9,11 +9,12 @@ from math import comb
 import pytest
 
 from browser_rl.command_line import parse_command_line
+from browser_rl.command_options import EvalArguments
 from browser_rl.errors import ConfigError
 from browser_rl.evaluation import batches_of_samples, evaluate
 from browser_rl.evaluation_report import report
 from browser_rl.headroom import disagreeing, seed_statistics
-from browser_rl.options import EpisodeArguments, EvalArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from helpers import ROOT
 
 

@@ -1,8 +1,13 @@
 """What a run reports about itself: the step line's weakest task, where success started and ended, the environment's
 cost, the share of training skipped, and success per BrowserGym split."""
 
+import logging
+from types import SimpleNamespace
+
+from browser_rl import metrics
 from browser_rl.episode import Episode
 from browser_rl.metrics import (
+    StepPrinter,
     breakdown,
     environment_cost,
     episode_metrics,
@@ -10,7 +15,28 @@ from browser_rl.metrics import (
     success_trend,
     weakest_task,
 )
+from browser_rl.progress import time_left
 from browser_rl.tasks import PRESETS
+
+
+def test_the_time_left_is_the_pace_so_far_times_what_is_left():
+    assert time_left(310, 1, 5) == "5m 10s elapsed, about 20m 40s left"
+    assert time_left(42, 2, 3) == "42s elapsed, about 21s left"
+    assert time_left(4000, 1, 3) == "1h 06m elapsed, about 2h 13m left"
+    assert time_left(5, 0, 3) == "5s elapsed"  # no pace yet
+    assert time_left(5, 3, 3) == "5s elapsed"
+
+
+def test_the_step_line_ends_with_the_runs_time_and_the_time_left_at_a_resumed_runs_own_pace(monkeypatch, caplog):
+    now = [1000.0]
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: now[0])
+    printer, state = StepPrinter(), SimpleNamespace(global_step=4, max_steps=10, is_world_process_zero=True)
+    printer.on_train_begin(None, state, None)  # resumed at step 4
+    now[0], state.global_step = 1120.0, 6  # two steps in two minutes
+    with caplog.at_level(logging.INFO, logger="train"):
+        printer.on_log(None, state, None, logs={"reward": 0.5, "time/generation_s": 1.0})
+    assert caplog.messages[0].startswith("step 6/10 | ")
+    assert caplog.messages[0].endswith(" | 2m 00s elapsed, about 4m 00s left")
 
 
 def test_the_step_line_names_the_weakest_task_when_there_are_several():

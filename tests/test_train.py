@@ -269,6 +269,21 @@ def test_a_rerun_with_other_options_is_refused_naming_them_and_resumes_or_restar
     assert json.loads((tmp_path / "checkpoint-1" / "run_config.json").read_text())["learning_rate"] == 2e-4
 
 
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_run_shows_a_progress_bar_only_where_its_output_is_a_terminal(
+    tiny_model, tokenizer, tmp_path, monkeypatch, terminal
+):
+    monkeypatch.setattr(train, "on_a_terminal", lambda: terminal)
+    trainer, runner = built_trainer(
+        tokenizer, "http://unused", "--model_name_or_path", tiny_model, "--output_dir", str(tmp_path)
+    )
+    runner.close()
+    shown = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
+    assert (
+        ("TerminalProgress" in shown) == terminal and "ProgressCallback" not in shown and "PrinterCallback" not in shown
+    )
+
+
 def test_the_curriculum_starts_from_an_evaluation_sampled_at_the_training_temperature(
     tiny_model, tokenizer, tmp_path, caplog
 ):

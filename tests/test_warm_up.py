@@ -15,10 +15,11 @@ from trl import ModelConfig
 from bench.weak_starts import weak_start_config
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
+from browser_rl.command_options import FIRST_DEMONSTRATION_SEED, WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.generation import load_policy, model_generate
-from browser_rl.options import FIRST_DEMONSTRATION_SEED, EpisodeArguments, WarmUpArguments
+from browser_rl.options import EpisodeArguments
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
 from browser_rl.sft_phases import reply_loss

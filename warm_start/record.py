@@ -20,15 +20,15 @@ from contextlib import closing
 from dataclasses import replace
 
 from transformers import AutoTokenizer
-from trl import ModelConfig
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.command_options import RecordArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import MAX_ENV_FAILURES, ConfigError
 from browser_rl.generation import load_policy, missing_model, model_generate
 from browser_rl.gguf import as_checkpoint
-from browser_rl.options import EpisodeArguments, RecordArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ModelOptions, ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
@@ -38,7 +38,7 @@ from warm_start.plans import PLANS, REPLY_MIXES, ReplyMix, choosing, plan
 
 log = logging.getLogger("record")
 
-OPTIONS = (RecordArguments, TaskArguments, EpisodeArguments, ServerArguments, ModelConfig)
+OPTIONS = (RecordArguments, TaskArguments, EpisodeArguments, ServerArguments, ModelOptions)
 BATCH = 16  # episodes played at once
 
 

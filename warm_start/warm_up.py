@@ -36,12 +36,13 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
+from browser_rl.command_options import WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.generation import missing_model
 from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import grouped
-from browser_rl.options import EpisodeArguments, WarmUpArguments
+from browser_rl.options import EpisodeArguments, ModelOptions
 from browser_rl.prompts import ChatTurns
 from warm_start.demonstrations import Demonstration, load, made_with, sft_dataset
 
@@ -51,6 +52,8 @@ log = logging.getLogger("warm_up")
 @dataclass
 class WarmUpConfig(SFTConfig):
     """SFTConfig with the loss on the replies only and nothing cut, bf16 where the device has it, fp32 on a CPU."""
+
+    _argument_group_name = "training: TRL's SFTConfig"  # its heading in --help
 
     completion_only_loss: bool | None = True
     max_length: int | None = None  # an episode longer than the model takes is an error (demonstrations.sft_dataset)
@@ -127,7 +130,7 @@ def held_out(demonstrations: list[Demonstration], share: float) -> tuple[list[De
     return training, validation
 
 
-OPTIONS = (WarmUpArguments, EpisodeArguments, WarmUpConfig, ModelConfig)
+OPTIONS = (WarmUpArguments, EpisodeArguments, WarmUpConfig, ModelOptions)
 
 
 def longest_row(model_name_or_path: str, revision: str | None = None) -> int:
