@@ -351,3 +351,27 @@ def test_the_servers_cpu_counts_its_browsers_not_only_its_own_python(env_server,
     chromium = sum(seconds - chromium_before.get(pid, 0.0) for pid, seconds in chromium_after.items())
     assert chromium > 0.2
     assert reported >= python + 0.8 * chromium
+
+
+def docker_engine_answers() -> bool:
+    """Whether a Docker engine runs here (a docker command alone, without its engine, builds and runs nothing)."""
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not docker_engine_answers(), reason="no Docker engine here: the image can be neither built nor run")
+def test_openenvs_from_docker_image_starts_the_container_with_the_token_the_client_sends(monkeypatch):
+    # A container listens beyond loopback, so its server refuses to start without a token: the client's own
+    # ($BROWSER_RL_ENV_TOKEN) is handed to the container as README.md shows.
+    image = "browser-rl-env:test"
+    build = ["docker", "build", "-q", "-t", image, "-f", "web_env/server/Dockerfile", "web_env"]
+    subprocess.run(build, cwd=ROOT, check=True, capture_output=True)
+    monkeypatch.setenv("BROWSER_RL_ENV_TOKEN", "a-token-for-this-test")
+    env = BrowserGymEnv.from_docker_image(image, env_vars={"BROWSER_RL_ENV_TOKEN": "a-token-for-this-test"}).sync()
+    try:
+        result = env.reset(task_name="click-test", seed=0)
+        assert "Click" in result.observation.goal
+    finally:
+        env.close()

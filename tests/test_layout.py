@@ -10,6 +10,8 @@ import subprocess
 import sys
 import tomllib
 
+import yaml
+
 from helpers import ROOT, local_modules, third_party_distributions
 
 ENVIRONMENT = ROOT / "web_env"
@@ -133,3 +135,21 @@ def test_each_module_of_the_product_reads_in_one_sitting():
     lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in files}
     assert len(lengths) > 50 and "web_env/server/environment.py" in lengths
     assert {name: n for name, n in lengths.items() if n > 400} == {}
+
+
+def test_the_openenv_manifest_passes_openenvs_validator_and_says_what_the_package_is():
+    from openenv.validation.parsers.openenv_yaml import OpenEnvYamlParser
+
+    from browser_rl.command_options import ModalArguments
+    from web_env import models
+
+    manifest = OpenEnvYamlParser().parse(ENVIRONMENT)  # OpenEnv's own reading of it, schema checked
+    raw = yaml.safe_load((ENVIRONMENT / "openenv.yaml").read_text())
+    package = tomllib.loads((ENVIRONMENT / "pyproject.toml").read_text())["project"]
+    assert (manifest.name, manifest.version) == (package["name"], package["version"])
+    assert isinstance(getattr(models, raw["action"]), type) and isinstance(getattr(models, raw["observation"]), type)
+    dockerfile = (ENVIRONMENT / "server" / "Dockerfile").read_text()
+    assert f"EXPOSE {raw['port']}\n" in dockerfile and f'"--port", "{raw["port"]}"' in dockerfile
+    assert manifest.reward.range == (0.0, 1.0) and manifest.network.mode == "no-network"
+    sizing = ModalArguments()  # what the recipe gives one server where it starts them in containers
+    assert (manifest.resources.cpu, manifest.resources.memory_mb) == (sizing.modal_env_cpu, sizing.modal_env_memory_mb)
