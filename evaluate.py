@@ -17,10 +17,9 @@ import os
 
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import EvalArguments
-from browser_rl.errors import ConfigError, UsageError
+from browser_rl.errors import UsageError
 from browser_rl.evaluation import evaluate
 from browser_rl.evaluation_report import report
-from browser_rl.generation import missing_model
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 
 OPTIONS = (EvalArguments, TaskArguments, EpisodeArguments, ServerArguments)
@@ -30,8 +29,6 @@ def main() -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError("evaluate.py runs as one process: start it with python, not torchrun or accelerate launch")
     args, tasks, episodes, servers = parse_command_line(OPTIONS, from_file=OPTIONS[1:])
-    if missing := missing_model(args.model):
-        raise ConfigError(f"--model: {missing}")
     print(report(evaluate(args, tasks, episodes, servers)))
 
 

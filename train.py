@@ -19,22 +19,22 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
 from transformers import AutoTokenizer, PrinterCallback, TrainerCallback
-from trl import ModelConfig, get_peft_config
 
 from browser_rl import episode_settings, run_config
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.dynamic_sampling import GroupDraws, StepPlay
 from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.evaluation_report import measured_success
-from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, missing_model, trainer_generate
-from browser_rl.gguf import as_checkpoint
+from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
 from browser_rl.guidance import guided
 from browser_rl.metrics import MetricsLog, StepPrinter, step_metrics
+from browser_rl.model_source import resolve_model
 from browser_rl.options import (
     EpisodeArguments,
     ModelOptions,
@@ -202,15 +202,13 @@ def build_trainer(
     tasks: TaskArguments,
     phases: SftPhaseArguments,
     training_args: RecipeConfig,
-    model_args: ModelConfig,
+    model_args: ModelOptions,
     tokenizer,
     runner: EpisodeRunner,
     config: dict,
     callbacks: list[TrainerCallback] = (),
 ) -> RecipeTrainer:
-    peft_config = get_peft_config(model_args)
-    if peft_config is not None and model_args.lora_target_modules is None:
-        peft_config.target_modules = "all-linear"
+    """The trainer of the model model_args name (a directory or Hub id: resolve_model's), on the runner's episodes."""
     training_args.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
     dataset = seed_dataset(tasks.num_task_seeds)
     sampler = TaskSampler(
@@ -258,7 +256,7 @@ def build_trainer(
         args=training_args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        peft_config=peft_config,
+        peft_config=model_args.peft_config(),
         rollout_func=make_rollout_func(
             runner,
             dataset,
@@ -319,7 +317,7 @@ def main(
     servers: ServerArguments,
     phases: SftPhaseArguments,
     training_args: RecipeConfig,
-    model_args: ModelConfig,
+    model_args: ModelOptions,
     callbacks: list[TrainerCallback] = (),
     new_server=LocalEnvServer,
 ) -> None:
@@ -330,10 +328,7 @@ def main(
     if training_args.process_index > 0:  # the first rank speaks for the run; the others only warn
         logging.getLogger().setLevel(logging.WARNING)
     config = run_config.run_config(tasks, episodes, phases, training_args, model_args)  # as given, before resolving
-    model = model_args.model_name_or_path
-    if missing := missing_model(model):
-        raise ConfigError(f"model_name_or_path: {missing}")
-    model = model_args.model_name_or_path = as_checkpoint(model)  # a .gguf file: its ordinary checkpoint
+    model = resolve_model(model_args.model_name_or_path, "model_name_or_path")  # a .gguf file: its checkpoint
     named = training_args.resume_from_checkpoint
     if named and not os.path.isdir(named):
         raise ConfigError(
@@ -367,7 +362,8 @@ def main(
         )
         runner = EpisodeRunner(pool, tokenizer, settings.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
-        trainer = build_trainer(tasks, phases, training_args, model_args, tokenizer, runner, config, callbacks)
+        resolved = replace(model_args, model_name_or_path=model)  # the options as given stay as given
+        trainer = build_trainer(tasks, phases, training_args, resolved, tokenizer, runner, config, callbacks)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in trainer.model.parameters())
         log.info(

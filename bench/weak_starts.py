@@ -5,10 +5,10 @@ commands, so that GRPO starts from a policy that writes actions and is right som
 from pathlib import Path
 
 from transformers import AutoTokenizer
-from trl import ModelConfig
 
 from browser_rl.command_options import FIRST_DEMONSTRATION_SEED
 from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.options import ModelOptions
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
 from warm_start.demonstrations import sft_dataset
@@ -54,4 +54,4 @@ def weak_start(
     demonstrations = [d for task in tasks for d in record_mix(servers, tokenizer, task, seed_range, replies, settings)]
     dataset = sft_dataset(demonstrations, ChatTurns(tokenizer, settings.max_page_chars), longest_row(base_model))
     config = weak_start_config(output_dir, steps, batch_size, learning_rate)
-    return fine_tune(ModelConfig(model_name_or_path=base_model), config, dataset, settings)
+    return fine_tune(ModelOptions(model_name_or_path=base_model), config, dataset, settings)

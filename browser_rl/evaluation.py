@@ -47,8 +47,9 @@ from browser_rl.evaluation_report import (
     summarize,
 )
 from browser_rl.generation import Reply, cached_generate, load_policy
-from browser_rl.gguf import as_checkpoint, is_gguf
+from browser_rl.gguf import is_gguf
 from browser_rl.metrics import grouped
+from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.progress import on_a_terminal, time_left
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
@@ -163,10 +164,10 @@ def episode_record(episode: Episode) -> dict:
     }
 
 
-def keep_trace(args: EvalArguments, index: int, episode: Episode, max_page_chars: int) -> None:
+def keep_trace(traces: str | None, output_dir: Path, index: int, episode: Episode, max_page_chars: int) -> None:
     """The episode's trace in OUTPUT_DIR/traces/TASK/, if --traces asks for it."""
-    of_task = Path(args.output_dir) / TRACES_DIR / episode.task_name
-    if traced_in_evaluation(args.traces, episode.solved, len(list(of_task.glob("*.json")))):
+    of_task = output_dir / TRACES_DIR / episode.task_name
+    if traced_in_evaluation(traces, episode.solved, len(list(of_task.glob("*.json")))):
         trace = episode_trace(episode, max_page_chars, f"episode {index}")
         write_trace(trace, of_task / f"episode-{index:05d}-seed-{episode.seed}.json")
 
@@ -241,6 +242,7 @@ def reporting_progress(policy: Policy, recorded: int, total: int, batch_size: in
 
 def run_episodes(
     args: EvalArguments,
+    output_dir: Path,
     runner: EpisodeRunner,
     instances: list,
     records: list[dict],
@@ -250,7 +252,6 @@ def run_episodes(
     """Plays the instances not yet in records, batch after batch, appending each played episode to records and
     to episodes.jsonl."""
     max_context_tokens = model.config.max_position_embeddings - args.max_new_tokens
-    output_dir = Path(args.output_dir)
     if records:
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
     start, recorded_before = time.monotonic(), len(records)
@@ -263,7 +264,7 @@ def run_episodes(
             policy = reporting_progress(policy, len(records), len(instances), len(batch), runner.settings.max_turns)
             for episode in runner.run_until_played(batch, policy, max_context_tokens, traced):
                 if traced:
-                    keep_trace(args, len(records), episode, runner.settings.max_page_chars)
+                    keep_trace(args.traces, output_dir, len(records), episode, runner.settings.max_page_chars)
                 records.append(episode_record(episode))
                 episodes_file.write(json.dumps(records[-1]) + "\n")
             episodes_file.flush()
@@ -308,17 +309,18 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         raise ConfigError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
     instances, benchmark_steps = instances_to_play(args, tasks)
-    policy = as_checkpoint(args.model)  # a .gguf file: its ordinary checkpoint
+    policy = resolve_model(args.model, "--model")  # a .gguf file: its checkpoint
     play = settings_to_play(policy, episodes, benchmark_steps)
-    args.output_dir = args.output_dir or default_output_dir(args.model, args.benchmark, args.split, tasks)
+    output_dir = Path(args.output_dir or default_output_dir(args.model, args.benchmark, args.split, tasks))
     settings = (
         asdict(args)
+        | {"output_dir": str(output_dir)}
         | asdict(tasks)
         | asdict(episodes)
         | asdict(play.settings)
         | {k: v for k, v in asdict(servers).items() if k != "env_token"}  # the token is a secret
     )
-    records = recorded_episodes(Path(args.output_dir), settings | {"model_files": model_files(policy)})
+    records = recorded_episodes(output_dir, settings | {"model_files": model_files(policy)})
     checkout = provenance()  # the code this run plays with: the checkout may move on during an hour's run
     model, tokenizer = load_policy(policy)
     start, played_before = time.perf_counter(), len(records)
@@ -327,7 +329,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         runner = EpisodeRunner(pool, tokenizer, play.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
         cpu_before = pool.cpu_readings()
-        run_episodes(args, runner, instances, records, model, tokenizer)
+        run_episodes(args, output_dir, runner, instances, records, model, tokenizer)
         cpu = cpu_s_per_episode(cpu_before, pool.cpu_readings())
     seconds = time.perf_counter() - start
     tasks = {task: summarize(of_task) for task, of_task in grouped(records, lambda r: r["task_name"]).items()}
@@ -349,7 +351,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         }
         | checkout
     )
-    Path(args.output_dir, SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     if len(tasks) > 1:
-        plot_task_success(summary, Path(args.output_dir) / CHART_FILE)
+        plot_task_success(summary, output_dir / CHART_FILE)
     return summary

@@ -76,18 +76,6 @@ def sampled_replies(out, width: int, eos_token_ids: list[int], temperature: floa
     return until_end_of_turn(sampled.tolist(), logprobs.tolist(), eos_token_ids)
 
 
-def missing_model(path: str) -> str | None:
-    """Why `path` names no model, where it is plainly a local path (it starts with '.', '/' or '~', or holds more
-    than one '/') that does not exist; None for a directory, or for what may be a hub id (loading finds out)."""
-    if Path(path).expanduser().exists() or not (path.startswith((".", "/", "~")) or path.count("/") > 1):
-        return None
-    return (
-        f"model {path!r} does not exist. `make setup` builds the tiny test model (.cache/tiny-lfm2) and `make smoke` "
-        "the smoke run's start (.cache/smoke-start); a run's output_dir holds the model it trained; or name a model "
-        "on the Hugging Face Hub, such as LiquidAI/LFM2-350M"
-    )
-
-
 def load_policy(path: str):
     """(model, tokenizer) of a model directory, hub id or checkpoint, or of a LoRA adapter directory merged into
     the base model it names; on the GPU when there is one."""

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from trl import GRPOConfig, ModelConfig
+from trl import GRPOConfig, ModelConfig, get_peft_config
 
 from browser_rl.errors import MAX_ENV_FAILURES
 from browser_rl.run_config import CHANGED_CONFIG
@@ -250,3 +250,11 @@ class ModelOptions(ModelConfig):
     """TRL's ModelConfig (the model and LoRA), under its own heading in --help after the recipe's groups."""
 
     _argument_group_name = "model: TRL's ModelConfig"
+
+    def peft_config(self):
+        """TRL's PEFT config of these options (None without use_peft), with the recipe's one LoRA default for
+        training and the warm-up alike: every linear layer, where lora_target_modules leaves it open."""
+        peft_config = get_peft_config(self)
+        if peft_config is not None and self.lora_target_modules is None:
+            peft_config.target_modules = "all-linear"
+        return peft_config

@@ -1,3 +1,4 @@
+import hashlib
 import logging
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import evaluate as evaluate_py
 import train
 from browser_rl.command_line import Parser, parse_command_line
 from browser_rl.errors import ConfigError
-from browser_rl.generation import missing_model
+from browser_rl.model_source import missing_model, resolve_model
+from browser_rl.options import ModelOptions
 from browser_rl.tasks import PRESETS, preset_tasks
 from helpers import ROOT, parse_config
 from train import seed_dataset
@@ -133,6 +135,12 @@ def test_lora_targets_every_linear_layer_of_lfm2(tiny_model):
     adapted = [name for name, module in model.named_modules() if hasattr(module, "lora_A")]
     assert {name.split(".")[-1] for name in adapted} == LFM2_LINEAR_LAYERS
     assert len(adapted) == len(linear_layers)  # every linear layer of every block, attention and convolution
+    # The recipe's one LoRA default, where no target is named, for training and the warm-up alike.
+    assert ModelOptions(model_name_or_path=tiny_model, use_peft=True).peft_config().target_modules == "all-linear"
+    assert ModelOptions(model_name_or_path=tiny_model).peft_config() is None
+    assert all(
+        "get_peft_config" not in (ROOT / command).read_text() for command in ("train.py", "warm_start/warm_up.py")
+    )
 
 
 def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
@@ -262,6 +270,33 @@ def test_a_model_path_that_does_not_exist_is_named_with_how_to_make_it(tmp_path)
     assert "`make smoke` the smoke run's start (.cache/smoke-start)" in missing_model(".cache/smoke-start-not-built")
     assert missing_model("LiquidAI/LFM2-350M") is None  # a hub id: loading finds out
     assert missing_model(str(tmp_path)) is None
+
+
+def test_every_command_resolves_a_model_name_by_one_function_for_each_kind_of_name(tiny_model, tmp_path, monkeypatch):
+    checkpoint, adapter = tmp_path / "run" / "checkpoint-5", tmp_path / "adapter"
+    checkpoint.mkdir(parents=True)
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    for name in (tiny_model, str(checkpoint), str(adapter), "LiquidAI/LFM2-350M"):  # loaded as named
+        assert resolve_model(name, "--model") == name
+    with pytest.raises(ConfigError, match=r"^--model: model './no-model' does not exist"):
+        resolve_model("./no-model", "--model")
+    # A .gguf file: the checkpoint converted from it, found by its content (browser_rl.gguf).
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    policy = tmp_path / "policy.gguf"
+    policy.write_bytes(b"a GGUF file's bytes")
+    converted = (
+        tmp_path / "cache" / "browser-rl" / "gguf" / f"policy-{hashlib.sha256(policy.read_bytes()).hexdigest()[:16]}"
+    )
+    converted.mkdir(parents=True)
+    (converted / "config.json").write_text("{}")
+    assert resolve_model(str(policy), "model_name_or_path") == str(converted)
+    with pytest.raises(ConfigError, match=r"^model_name_or_path: model '.*other\.gguf' does not exist"):
+        resolve_model(str(tmp_path / "other.gguf"), "model_name_or_path")
+    commands = ["train.py", "browser_rl/evaluation.py", "warm_start/record.py", "warm_start/warm_up.py"]
+    for command in commands:  # and none resolves a name its own way
+        source = (ROOT / command).read_text()
+        assert "resolve_model(" in source and "as_checkpoint(" not in source and "missing_model(" not in source
 
 
 def test_a_checkpoint_to_resume_from_that_does_not_exist_says_the_option_is_not_needed(tiny_model, tmp_path):

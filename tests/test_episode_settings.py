@@ -6,7 +6,6 @@ import json
 import shutil
 
 import pytest
-from trl import ModelConfig
 
 import train
 from bench.weak_starts import weak_start_config
@@ -16,7 +15,7 @@ from browser_rl.episode_settings import DEFAULTS, SETTINGS_FILE, EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.evaluation import evaluate
 from browser_rl.evaluation_report import report
-from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
+from browser_rl.options import EpisodeArguments, ModelOptions, ServerArguments, TaskArguments
 from browser_rl.prompts import PROMPT_VERSION
 from helpers import parse_config
 from warm_start import warm_up
@@ -86,7 +85,7 @@ def test_demonstrations_say_what_they_were_played_with_all_of_it_and_all_alike(t
 
 def test_demonstrations_recorded_at_one_page_limit_refuse_to_warm_up_at_another(tiny_model, tmp_path):
     path = demonstrations_file(tmp_path / "demos.jsonl", [AT_3000])
-    config, model = weak_start_config(tmp_path / "warm", 1, 1, 1e-3), ModelConfig(model_name_or_path=tiny_model)
+    config, model = weak_start_config(tmp_path / "warm", 1, 1, 1e-3), ModelOptions(model_name_or_path=tiny_model)
     with pytest.raises(ConfigError, match="max_page_chars 2000, not the 3000 it was made with"):
         warm_up.main(WarmUpArguments(demonstrations=str(path)), EpisodeArguments(max_page_chars=2000), config, model)
     assert not (tmp_path / "warm").exists()  # refused before anything was trained or written

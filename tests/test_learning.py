@@ -13,12 +13,12 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import ModelConfig
 
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
 from bench.weak_starts import weak_start_config
 from browser_rl.episode_settings import DEFAULTS
+from browser_rl.options import ModelOptions
 from helpers import ROOT
 from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_start.warm_up import fine_tune
@@ -66,7 +66,7 @@ def test_fine_tuned_on_one_reply_a_model_gives_it_nearly_all_its_probability(tin
 
     config = weak_start_config(tmp_path, 40, 4, 3e-3)
     trained = AutoModelForCausalLM.from_pretrained(
-        fine_tune(ModelConfig(model_name_or_path=tiny_model), config, dataset, DEFAULTS)
+        fine_tune(ModelOptions(model_name_or_path=tiny_model), config, dataset, DEFAULTS)
     )
     assert reply_probability(trained, tokenizer, context, "click('13')") > 0.8
     assert reply_probability(trained, tokenizer, context, "click('14')") < 0.05

@@ -10,7 +10,6 @@ import sys
 import pytest
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
-from trl import ModelConfig
 
 from bench.weak_starts import weak_start_config
 from browser_rl import episode_settings
@@ -19,7 +18,7 @@ from browser_rl.command_options import FIRST_DEMONSTRATION_SEED, WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError, DemonstrationsError
 from browser_rl.generation import load_policy, model_generate
-from browser_rl.options import EpisodeArguments
+from browser_rl.options import EpisodeArguments, ModelOptions
 from browser_rl.prompts import ChatTurns
 from browser_rl.servers import ServerPool
 from browser_rl.sft_phases import reply_loss
@@ -125,10 +124,15 @@ def test_a_recording_of_a_task_without_an_expert_is_refused_before_any_server_st
         record.main(["--tasks", "click-test", "--demonstrations", "x.jsonl", "--model_name_or_path", "m"])
 
 
-def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_model, tmp_path):
+@pytest.mark.parametrize("kind", ["directory", "gguf"])
+def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_model, tmp_path, monkeypatch, kind):
     (tmp_path / "demos.jsonl").write_text('{"version": 1}\n')
     args = WarmUpArguments(demonstrations=str(tmp_path / "demos.jsonl"))
-    config, model = weak_start_config(tmp_path, 1, 1, 1e-3), ModelConfig(model_name_or_path=tiny_model)
+    policy = tmp_path / "policy.gguf"  # a .gguf file is converted, minutes for a real one, only once the rows are good
+    policy.write_bytes(b"not read before the demonstrations are\n")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    name = tiny_model if kind == "directory" else str(policy)
+    config, model = weak_start_config(tmp_path, 1, 1, 1e-3), ModelOptions(model_name_or_path=name)
     with pytest.raises(DemonstrationsError, match="6 error\\(s\\)") as error:
         warm_up.main(args, EpisodeArguments(), config, model)
     assert "demos.jsonl line 1: task: Field required" in str(error.value)

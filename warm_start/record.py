@@ -26,8 +26,8 @@ from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import RecordArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import MAX_ENV_FAILURES, ConfigError
-from browser_rl.generation import load_policy, missing_model, model_generate
-from browser_rl.gguf import as_checkpoint
+from browser_rl.generation import load_policy, model_generate
+from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ModelOptions, ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import ServerPool, open_server_pool
@@ -88,9 +88,7 @@ def record_mix(
 def sampled_by(model_path: str, args: RecordArguments) -> tuple[Policy, episode_settings.Resolved]:
     """A model's own sampling, each batch's contexts generated whole (no cache kept from batch to batch), and the
     episode settings it was trained with."""
-    if missing := missing_model(model_path):
-        raise ConfigError(f"sampled_by: {missing}")
-    path = as_checkpoint(model_path)
+    path = resolve_model(model_path, "sampled_by")
     model, tokenizer = load_policy(path)
     policy = model_policy(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
     return policy, episode_settings.saved_with(path)
@@ -108,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         raise ConfigError("model_name_or_path: the policy whose tokenizer renders the episodes")
     own_episodes, made_with = sampled_by(args.sampled_by, args) if args.sampled_by else (None, None)
     settings = episode_settings.resolve(episodes, made_with, args.sampled_by or args.demonstrations).settings
-    policy = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
+    policy = resolve_model(model_args.model_name_or_path, "model_name_or_path")  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(policy, revision=model_args.model_revision)
     seeds = range(args.first_seed, args.first_seed + args.episodes)
     log.info("recording with %s", settings.describe())

@@ -26,22 +26,21 @@ Stopped at its lowest validation loss on held-out demonstrations instead of a fi
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from datasets import Dataset
 from transformers import AutoConfig, AutoTokenizer, EarlyStoppingCallback, IntervalStrategy
-from trl import ModelConfig, SFTConfig, SFTTrainer, get_peft_config
+from trl import SFTConfig, SFTTrainer
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.generation import missing_model
-from browser_rl.gguf import as_checkpoint
 from browser_rl.metrics import grouped
+from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ModelOptions
 from browser_rl.prompts import ChatTurns
 from warm_start.demonstrations import Demonstration, load, made_with, sft_dataset
@@ -68,14 +67,11 @@ class WarmUpConfig(SFTConfig):
 
 
 def sft_trainer(
-    model_args: ModelConfig, config: WarmUpConfig, dataset: Dataset, validation: Dataset | None = None
+    model_args: ModelOptions, config: WarmUpConfig, dataset: Dataset, validation: Dataset | None = None
 ) -> SFTTrainer:
     """TRL's SFTTrainer on `dataset` (token ids, and completion_mask on the replies: the loss's tokens), full or
     LoRA as model_args say; with `validation`, its replies' loss measured at each evaluation, and with
     load_best_model_at_end, training stopped once it rises."""
-    peft_config = get_peft_config(model_args)
-    if peft_config is not None and model_args.lora_target_modules is None:
-        peft_config.target_modules = "all-linear"  # as train.py's
     config.model_init_kwargs = {"dtype": model_args.dtype, "revision": model_args.model_revision}
     return SFTTrainer(
         model=model_args.model_name_or_path,
@@ -85,13 +81,13 @@ def sft_trainer(
         processing_class=AutoTokenizer.from_pretrained(
             model_args.model_name_or_path, revision=model_args.model_revision
         ),
-        peft_config=peft_config,
+        peft_config=model_args.peft_config(),
         callbacks=[EarlyStoppingCallback(early_stopping_patience=1)] if config.load_best_model_at_end else None,
     )
 
 
 def fine_tune(
-    model_args: ModelConfig,
+    model_args: ModelOptions,
     config: WarmUpConfig,
     dataset: Dataset,
     settings: EpisodeSettings,
@@ -137,9 +133,7 @@ def longest_row(model_name_or_path: str, revision: str | None = None) -> int:
     return AutoConfig.from_pretrained(model_name_or_path, revision=revision).max_position_embeddings
 
 
-def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig, model_args: ModelConfig) -> str:
-    if missing := missing_model(model_args.model_name_or_path):
-        raise ConfigError(f"model_name_or_path: {missing}")
+def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig, model_args: ModelOptions) -> str:
     demonstrations = load(args.demonstrations, keep_failed=args.keep_failed)
     if args.validation_share and config.eval_strategy == IntervalStrategy.NO:
         raise ConfigError(
@@ -149,7 +143,9 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
     settings = episode_settings.resolve(episodes, made_with(demonstrations, args.demonstrations), args.demonstrations)
     for overridden in settings.overridden:
         log.warning("rendering the demonstrations with %s (override_episode_settings)", overridden)
-    model_args.model_name_or_path = as_checkpoint(model_args.model_name_or_path)  # a .gguf file: its checkpoint
+    # Once the demonstrations are known good: converting a .gguf file takes minutes.
+    model = resolve_model(model_args.model_name_or_path, "model_name_or_path")
+    model_args = replace(model_args, model_name_or_path=model)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
     max_length = config.max_length or longest_row(model_args.model_name_or_path, model_args.model_revision)
     chat = ChatTurns(tokenizer, settings.settings.max_page_chars, settings.settings.action_reference)
