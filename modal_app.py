@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import modal
@@ -38,6 +39,7 @@ from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import ModalArguments
 from browser_rl.errors import ConfigError
 from browser_rl.metrics import setup_logging
+from browser_rl.options import RecipeConfig, ServerArguments, TaskArguments
 from browser_rl.servers import open_server_pool
 from env_client import LocalEnvServer
 from web_env.models import TOKEN_VARIABLE
@@ -163,15 +165,17 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str], own_tas
     if own_tasks:
         args += ["--task_modules", *written_task_modules(own_tasks, run_dir / OWN_TASKS)]
     *recipe, settings = parse_command_line((*train.OPTIONS, ModalArguments), args)
-    tasks, _, servers, _, training_args, _ = recipe
+    groups = {type(group): group for group in recipe}  # train.main's option groups, in its order
+    tasks, servers, training_args = groups[TaskArguments], groups[ServerArguments], groups[RecipeConfig]
     new_server, callbacks, commit = LocalEnvServer, [], lambda: None
     if not modal.is_local():
         callbacks, commit = [CommitCheckpoints()], checkpoints.commit
         if not servers.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
-            servers.env_servers, servers.env_token = settings.modal_env_servers, secrets.token_hex(16)
+            servers = replace(servers, env_servers=settings.modal_env_servers, env_token=secrets.token_hex(16))
+            groups[ServerArguments] = servers
             new_server = functools.partial(EnvServerSandbox, settings, token=servers.env_token)
     if settings.gpus() == 1:
-        train.main(*recipe, callbacks, new_server)
+        train.main(*groups.values(), callbacks, new_server)
     else:
         train_on_ranks(settings.gpus(), args, tasks.task_modules, servers, training_args, new_server, commit)
     commit()

@@ -30,6 +30,7 @@ from warm_start.demonstrations import Demonstration
 from warm_start.experts import EXPERTS, known_experts
 from warm_start.record import record_experts
 from warm_start.tiny_lfm2 import build_tokenizer
+from web_env.models import miniwob_name
 
 FIRST_SEED = 3_000_000
 
@@ -59,7 +60,7 @@ def similarity_groups() -> dict[str, int]:
     from browsergym.experiments.benchmark.metadata.utils import task_metadata
 
     metadata = task_metadata("miniwob")
-    return {row.task_name.removeprefix("miniwob."): int(row.similarity_group) for row in metadata.itertuples()}
+    return {miniwob_name(row.task_name): int(row.similarity_group) for row in metadata.itertuples()}
 
 
 def main() -> None:

@@ -58,6 +58,7 @@ from browser_rl.tasks import TaskInstance, browsergym_benchmark
 from browser_rl.traces import TRACES_DIR, episode_trace, traced_in_evaluation, write_trace, write_viewer
 from env_client import cpu_s_per_episode
 from rewards import browsergym_solved
+from web_env.models import miniwob_name
 
 log = logging.getLogger("evaluate")
 
@@ -106,7 +107,7 @@ def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[T
         return [(task, seed) for task in tasks.task_weights() for seed in seeds for _ in range(args.samples)], None
     benchmark = browsergym_benchmark(args.benchmark, args.split)
     (max_steps,) = {env_args.max_steps for env_args in benchmark.env_args_list}
-    return [(a.task_name.removeprefix("miniwob."), a.task_seed) for a in benchmark.env_args_list], max_steps
+    return [(miniwob_name(a.task_name), a.task_seed) for a in benchmark.env_args_list], max_steps
 
 
 def settings_to_play(model: str, given: EpisodeArguments, benchmark_steps: int | None) -> episode_settings.Resolved:

@@ -1,5 +1,5 @@
-"""Which MiniWoB tasks a run plays, and how often: the config's task list (names, weights, named presets), and
-the sampler that picks the task of each GRPO group, by weight or by a curriculum.
+"""Which tasks a run plays (MiniWoB's, the workflows', a user's own), and how often: the config's task list (names,
+weights, named presets), and the sampler that picks the task of each GRPO group, by weight or by a curriculum.
 
 GRPO learns only from a group whose episodes disagree: a task the policy always solves, or never does, gives
 every episode the same reward and so no gradient. The curriculum weighs each task by p(1 - p), where p is its
@@ -20,7 +20,7 @@ import random
 from pathlib import Path
 
 from web_env import task_modules
-from web_env.models import MINIWOB_TASKS
+from web_env.models import MINIWOB_TASKS, miniwob_name
 
 # One episode's draw: a task and its seed.
 TaskInstance = tuple[str, int]
@@ -102,7 +102,7 @@ def browsergym_split_of() -> dict[str, str]:
 
 
 def browsergym_tasks(benchmark) -> list[str]:
-    return sorted({args.task_name.removeprefix("miniwob.") for args in benchmark.env_args_list})
+    return sorted({miniwob_name(args.task_name) for args in benchmark.env_args_list})
 
 
 def task_instances(

@@ -29,6 +29,7 @@ from browser_rl.evaluation_report import CHART_FILE, measured_success, report, w
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
+from web_env.models import miniwob_name
 
 
 @pytest.mark.parametrize(
@@ -197,7 +198,7 @@ def on_server(env_server) -> tuple:
 
 
 def browsergym_episodes(benchmark) -> list[tuple[str, int, int]]:
-    return [(a.task_name.removeprefix("miniwob."), a.task_seed, a.max_steps) for a in benchmark.env_args_list]
+    return [(miniwob_name(a.task_name), a.task_seed, a.max_steps) for a in benchmark.env_args_list]
 
 
 @pytest.mark.parametrize(

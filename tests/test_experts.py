@@ -17,6 +17,7 @@ from helpers import ROOT
 from warm_start.experts import EXPERTS
 from warm_start.page_tree import nodes
 from warm_start.record import record_experts
+from web_env.models import miniwob_name
 
 SEEDS = range(3_000_100, 3_000_102)  # held out: apart from training's, evaluation's and recorded demonstrations'
 
@@ -24,9 +25,7 @@ SEEDS = range(3_000_100, 3_000_102)  # held out: apart from training's, evaluati
 def test_the_experts_cover_book_flight_and_twenty_train_split_tasks_of_eight_similarity_groups():
     from browsergym.experiments.benchmark.metadata.utils import task_metadata
 
-    group = {
-        row.task_name.removeprefix("miniwob."): row.similarity_group for row in task_metadata("miniwob").itertuples()
-    }
+    group = {miniwob_name(row.task_name): row.similarity_group for row in task_metadata("miniwob").itertuples()}
     train = [task for task in EXPERTS if browsergym_split_of()[task] == "train"]
     assert {"book-flight", "book-flight-nodelay"} <= set(train)
     others = [task for task in train if not task.startswith("book-flight")]

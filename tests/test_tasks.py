@@ -8,7 +8,7 @@ from bench.group_signal import DRAWINGS, groups_with_an_advantage
 from browser_rl.episode import Episode
 from browser_rl.metrics import same_reward_share
 from browser_rl.tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks, task_instances
-from web_env.models import MINIWOB_TASKS
+from web_env.models import MINIWOB_TASKS, miniwob_name
 
 
 def test_a_task_list_takes_names_weights_and_presets():
@@ -24,12 +24,12 @@ def test_the_split_presets_are_browsergym_s_own_split_and_no_family_of_tasks_str
     benchmark = DEFAULT_BENCHMARKS["miniwob"]()
     split = {}
     for preset, name in (("browsergym-train", "train"), ("browsergym-test", "test")):
-        tasks = [args.task_name.removeprefix("miniwob.") for args in benchmark.subset_from_split(name).env_args_list]
+        tasks = [miniwob_name(args.task_name) for args in benchmark.subset_from_split(name).env_args_list]
         split[name] = set(parse_tasks([preset]))
         assert split[name] == set(tasks)
     assert (len(split["train"]), len(split["test"])) == (62, 63)
     assert split["train"] | split["test"] == set(MINIWOB_TASKS) and not split["train"] & split["test"]
-    metadata = benchmark.task_metadata.assign(task=benchmark.task_metadata.task_name.str.removeprefix("miniwob."))
+    metadata = benchmark.task_metadata.assign(task=benchmark.task_metadata.task_name.map(miniwob_name))
     families = {name: set(metadata[metadata.task.isin(split[name])].similarity_group) for name in split}
     assert families["train"] and families["test"] and not families["train"] & families["test"]
     assert "click-option" in split["train"] and "click-button" in split["test"]  # page-reading spans both

@@ -1,7 +1,8 @@
-"""The browser actions a MiniWoB agent may take, and how model text becomes one of them.
+"""The browser actions an agent may take on a task's page (MiniWoB's, a workflow's, a user's own), and how model
+text becomes one of them.
 
 The server executes actions and the client describes them to the model, so both read this one list.
-It is BrowserGym's own action set, narrowed to what MiniWoB tasks need: no navigation, no tabs,
+It is BrowserGym's own action set, narrowed to what single-page tasks need: no navigation, no tabs,
 no file uploads, one action at a time.
 """
 

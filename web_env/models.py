@@ -17,10 +17,14 @@ MAX_SEED = 2**32 - 1  # MiniWoB seeds numpy's RandomState
 # A session's wait before each observation holds its browser's thread, which other sessions share: bounded.
 MAX_SETTLE_MS = 2000
 
+
+def miniwob_name(browsergym_id: str) -> str:
+    """The name a reset takes for a task BrowserGym registers as "miniwob.NAME" (its ids, benchmarks, metadata)."""
+    return browsergym_id.removeprefix("miniwob.")
+
+
 # Every MiniWoB task BrowserGym registers (and scores), by the name a reset takes: click-test, enter-text, ...
-MINIWOB_TASKS: tuple[str, ...] = tuple(
-    sorted(task.get_task_id().removeprefix("miniwob.") for task in ALL_MINIWOB_TASKS)
-)
+MINIWOB_TASKS: tuple[str, ...] = tuple(sorted(miniwob_name(task.get_task_id()) for task in ALL_MINIWOB_TASKS))
 
 
 class BrowserGymAction(Action):

@@ -26,6 +26,7 @@ from web_env.models import (
     BrowserGymAction,
     BrowserGymObservation,
     BrowserGymState,
+    miniwob_name,
 )
 from web_env.scoring import episode_reward
 from web_env.server import page_reading
@@ -42,7 +43,7 @@ OBSERVATION_FIELDS = ("text", "url", "goal", "axtree_txt", "pruned_html", "error
 # give back (bench/env_soak.py).
 CONTEXT_EPISODES = 200
 # BrowserGym's MiniWoB task classes by task name (click-test, enter-text, ...).
-TASK_CLASSES = {task.get_task_id().removeprefix("miniwob."): task for task in ALL_MINIWOB_TASKS}
+TASK_CLASSES = {miniwob_name(task.get_task_id()): task for task in ALL_MINIWOB_TASKS}
 OWN_TASK_LOADS = "a task of a task module: every episode is a fresh load"
 
 
