@@ -153,3 +153,11 @@ def test_the_openenv_manifest_passes_openenvs_validator_and_says_what_the_packag
     assert manifest.reward.range == (0.0, 1.0) and manifest.network.mode == "no-network"
     sizing = ModalArguments()  # what the recipe gives one server where it starts them in containers
     assert (manifest.resources.cpu, manifest.resources.memory_mb) == (sizing.modal_env_cpu, sizing.modal_env_memory_mb)
+
+
+def test_the_bench_index_lists_every_script_and_each_page_it_names_quotes_it():
+    rows = re.findall(r"^\| `([a-z_0-9]+\.py)` \| [^|]+ \| ([^|]+) \|$", (ROOT / "bench/README.md").read_text(), re.M)
+    assert sorted(name for name, _ in rows) == sorted(path.name for path in (ROOT / "bench").glob("*.py"))
+    for name, pages in rows:
+        for page in pages.split(", "):
+            assert f"bench/{name}" in (ROOT / page.strip()).read_text(), (name, page)
