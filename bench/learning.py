@@ -5,7 +5,7 @@
     python bench/learning.py --quick    # the short version CI runs: click-test; fails unless success went up
     python bench/learning.py --quick --seed 1 --output_dir outputs/learning-1   # the same with another GRPO seed
 
-1. A starting policy that is weak but not hopeless, built honestly (bench/weak_starts.py, through the warm-up
+1. A starting policy that is weak but not hopeless, built honestly (warm_start/weak_starts.py, through the warm-up
    of warm_start): a tiny LFM2 (warm_start/tiny_lfm2.py) is
    fine-tuned with TRL's SFTTrainer on real episodes of the tasks, played by their scripted plans: every turn's
    context is paired with the right action and valid wrong ones, in a mix that solves each task about a third
@@ -38,7 +38,6 @@ from itertools import accumulate
 from pathlib import Path
 
 import matplotlib
-from weak_starts import weak_start  # bench/weak_starts.py, beside this script
 
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
@@ -50,6 +49,7 @@ from browser_rl.servers import open_server_pool
 from browser_rl.tasks import PRESETS
 from warm_start.plans import ReplyMix, a_third_right, one_right_of_eight
 from warm_start.tiny_lfm2 import build_tiny_lfm2
+from warm_start.weak_starts import weak_start
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt

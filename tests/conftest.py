@@ -9,12 +9,12 @@ import pytest
 from filelock import FileLock
 from transformers import AutoTokenizer
 
-from bench.weak_starts import weak_start
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.metrics import THIRD_PARTY_WARNINGS
 from env_client import BrowserGymEnv, LocalEnvServer
 from helpers import RESUMABLE_WITH_PHASES, train_here
 from warm_start.tiny_lfm2 import build_tiny_lfm2
+from warm_start.weak_starts import weak_start
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import shutil
 import pytest
 
 import train
-from bench.weak_starts import weak_start_config
 from browser_rl import episode_settings
 from browser_rl.command_options import EvalArguments, WarmUpArguments
 from browser_rl.episode_settings import DEFAULTS, SETTINGS_FILE, EpisodeSettings, resolve, saved_with
@@ -20,6 +19,7 @@ from browser_rl.prompts import PROMPT_VERSION
 from helpers import parse_config
 from warm_start import warm_up
 from warm_start.demonstrations import load, made_with
+from warm_start.weak_starts import weak_start_config
 
 
 def test_a_setting_left_unset_comes_from_what_it_was_made_with_and_one_set_alike_is_accepted():

@@ -16,12 +16,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.copying import SKILLS, accuracy
 from bench.copying import tokenizer as copying_tokenizer
-from bench.weak_starts import weak_start_config
 from browser_rl.episode_settings import DEFAULTS
 from browser_rl.options import ModelOptions
 from helpers import ROOT
 from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_start.warm_up import fine_tune
+from warm_start.weak_starts import weak_start_config
 
 
 @pytest.mark.slow

@@ -12,7 +12,6 @@ import pytest
 from transformers import TrainerCallback
 
 import train
-from bench.weak_starts import weak_start
 from browser_rl import servers
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import EnvironmentUnavailable
@@ -20,6 +19,7 @@ from browser_rl.metrics import METRICS_FILE, read_metrics
 from env_client import LocalEnvServer, free_port
 from helpers import FAST, ROOT, alive, lines_of, parse_config, train_command, train_here, wait_for
 from warm_start.plans import right_only
+from warm_start.weak_starts import weak_start
 
 pytestmark = pytest.mark.slow  # whole training runs
 

@@ -11,7 +11,6 @@ import pytest
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from bench.weak_starts import weak_start_config
 from browser_rl import episode_settings
 from browser_rl.command_line import parse_command_line
 from browser_rl.command_options import FIRST_DEMONSTRATION_SEED, WarmUpArguments
@@ -27,6 +26,7 @@ from warm_start import record, warm_up
 from warm_start.demonstrations import load, save, sft_dataset
 from warm_start.plans import Plan, a_third_right, plan
 from warm_start.record import record_mix
+from warm_start.weak_starts import weak_start_config
 from web_env.models import BrowserGymObservation
 
 FIRST_SEED = FIRST_DEMONSTRATION_SEED
