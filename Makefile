@@ -58,7 +58,7 @@ real-model: .cache/smollm2-135m-instruct/config.json
 
 # The smoke run's starting policy: the tiny model fine-tuned on click-test episodes to write actions, right one time
 # in four or so (configs/warm_up/smoke.yaml). Built once, a minute on two cores.
-.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml $(wildcard warm_start/*.py) browser_rl/rollout.py browser_rl/prompts.py web_env/actions.py
+.cache/smoke-start/config.json: .cache/tiny-lfm2/config.json configs/warm_up/smoke.yaml $(wildcard warm_start/*.py) browser_rl/episode.py browser_rl/rollout.py browser_rl/prompts.py web_env/actions.py
 	$(PY) -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 --replies one_right_of_eight
 	$(PY) -m warm_start.warm_up --config configs/warm_up/smoke.yaml
 
