@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from helpers import ROOT
 
@@ -77,6 +78,31 @@ def test_what_a_shown_command_names_exists(document, command):
     if command.startswith("make "):
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
         assert words(command)[1] in targets, f"{document}: {command}"
+
+
+def made_by_the_recipe() -> set[str]:
+    """The outputs/ paths a run makes: each config's output_dir and demonstrations, and each --output_dir and
+    --demonstrations the documents name."""
+    made = set()
+    for config in [ROOT / "config.yaml", *(ROOT / "configs").rglob("*.yaml")]:
+        keys = yaml.safe_load(config.read_text()) or {}
+        made |= {str(keys[k]) for k in ("output_dir", "demonstrations") if isinstance(keys.get(k), str)}
+    for document in DOCUMENTS:  # in a command or in the text that tells how a run was made
+        made |= set(re.findall(r"--(?:output_dir|demonstrations) (outputs/[^\s`)]+)", document.read_text()))
+    return {path.rstrip("/") for path in made if path.startswith("outputs/")}
+
+
+def test_an_outputs_path_a_command_names_is_one_a_config_or_a_shown_command_makes():
+    made = made_by_the_recipe()
+    named = {
+        (document, word.rstrip("/"))
+        for document, command in COMMANDS
+        for word in words(command)
+        if word.startswith("outputs/")
+    }
+    # A run's folder, or what evaluate.py writes inside a model's (eval-TASKS) and compare.py beside it.
+    unmade = [(d, path) for d, path in named if not any(path == m or path.startswith(m + "/") for m in made)]
+    assert len(named) > 10 and unmade == []
 
 
 # Runs each entry point with --help in this one interpreter, as `python X.py --help` or `python -m X --help` would, and

@@ -161,3 +161,22 @@ def test_the_bench_index_lists_every_script_and_each_page_it_names_quotes_it():
     for name, pages in rows:
         for page in pages.split(", "):
             assert f"bench/{name}" in (ROOT / page.strip()).read_text(), (name, page)
+
+
+def test_the_readmes_results_table_is_the_one_its_script_makes_from_the_evaluations():
+    # One source for the figures: the evaluations kept in docs/results/, read by bench/results.py.
+    made = subprocess.run(
+        [sys.executable, "bench/results.py", "--table"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("<!-- results table: python bench/results.py -->\n")[1].split("\n<!-- end of results table")[0]
+    assert shown == made
+    assert len(made.splitlines()) <= 2 + 8  # at most 8 rows
+
+
+def test_the_readme_reads_in_five_minutes_and_says_first_what_the_recipe_achieves():
+    readme = (ROOT / "README.md").read_text()
+    headings = re.findall(r"^## (.+)$", readme, re.M)
+    assert len(readme.splitlines()) <= 250
+    assert headings[:3] == ["What it achieves", "Quick start, on a CPU", "On a GPU"]
+    assert "Q4_1" in readme.split("## Quick start")[0]  # the real model is a dequantized 4-bit file, and says so
