@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -375,3 +376,18 @@ def test_openenvs_from_docker_image_starts_the_container_with_the_token_the_clie
         assert "Click" in result.observation.goal
     finally:
         env.close()
+
+
+def test_without_playwrights_own_chromium_the_lightest_system_build_on_path_is_the_one_linked(tmp_path, monkeypatch):
+    # No machine here has both builds: stand-ins on a PATH of their own, the full browser and the headless shell.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("chromium", "chromium-headless-shell"):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(tmp_path / "no-playwright-builds"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    browser_setup.ensure_chromium()
+    links = [path for path in (tmp_path / "home").rglob("*") if path.is_symlink()]
+    assert [path.readlink() for path in links] == [bin_dir / "chromium-headless-shell"]

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from PIL import Image
@@ -24,7 +25,13 @@ from browser_rl.command_options import EvalArguments
 from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
-from browser_rl.evaluation import batches_keeping_tasks, evaluate, instances_to_play, protocol_differences
+from browser_rl.evaluation import (
+    batches_keeping_tasks,
+    evaluate,
+    instances_to_play,
+    protocol_differences,
+    still_to_play,
+)
 from browser_rl.evaluation_report import CHART_FILE, measured_success, report, wilson_interval
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.traces import traced_in_evaluation
@@ -190,6 +197,16 @@ def test_more_episodes_go_on_from_those_recorded_and_fewer_are_refused(tiny_mode
     assert [json.loads(line)["seed"] for line in more] == [1_000_000, 1_000_001, 1_000_002]
     with pytest.raises(ConfigError, match=r"other settings \(episodes\)"):
         evaluate_episodes(2)
+
+
+def test_a_resumed_evaluation_plays_every_repeat_of_an_instance_it_has_recorded_fewer_times():
+    # BrowserGym's benchmark draws some (task, seed) twice: each is an episode of its own, recorded once per repeat.
+    instances, _ = instances_to_play(EvalArguments(model="m", benchmark="miniwob"), TaskArguments())
+    repeats = [instance for instance, count in Counter(instances).items() for _ in range(count - 1)]
+    assert len(instances) == 625 and len(repeats) == 35
+    once_each = [{"task_name": task, "seed": seed} for task, seed in dict.fromkeys(instances)]
+    assert sorted(still_to_play(instances, once_each)) == sorted(repeats)
+    assert still_to_play(instances, once_each + [{"task_name": t, "seed": s} for t, s in repeats]) == []
 
 
 def on_server(env_server) -> tuple:

@@ -98,6 +98,8 @@ CASES = {
     "select_option: an option by its label": (["select_option('40', 'large')"], False),
     "select_option: an option by its value": (["select_option('40', 'l')", "select_option('40', 's')"], False),
     "select_option: disabled": (["select_option('41', 'on')"], True),
+    "select_option: in a disabled fieldset": (["select_option('50', 'a')"], True),
+    "select_option: aria-disabled": (["select_option('51', 'a')"], True),
     "select_option: display none": (["select_option('44', 'a')"], True),
     "select_option: visibility hidden": (["select_option('49', 'a')"], True),
     "select_option: label of a select": (["select_option('42', 'large')"], False),
