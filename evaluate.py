@@ -1,16 +1,12 @@
 """Measure a policy on web tasks against the real environment.
 
     python evaluate.py --model outputs/lfm2-350m-click-test --episodes 50           # greedy
-    python evaluate.py --model outputs/smoke --temperature 1.0                      # as sampled in training
-    python evaluate.py --model outputs/smoke --traces failures     # what it did: OUTPUT_DIR/viewer.html
-    python evaluate.py --model outputs/multi --tasks page-reading                   # a suite: a per-task table
-    python evaluate.py --model outputs/book-flight --config configs/book_flight.yaml  # the run's tasks and servers
-    python evaluate.py --model outputs/multi --benchmark miniwob                    # BrowserGym's protocol
-    python evaluate.py --model outputs/multi --benchmark miniwob --split test       # its held-out task families
+    python evaluate.py --model outputs/smoke --temperature 1.0 --traces failures    # as training samples; viewer.html
+    python evaluate.py --model outputs/smollm2-page-reading --tasks page-reading     # a per-task table and chart
+    python evaluate.py --model outputs/smollm2-page-reading --benchmark miniwob --split test   # BrowserGym's protocol
 
-The model is played with the episode settings it was trained with (turns, page characters, wait: saved beside it);
---config takes the tasks and servers of a recipe file, never its training options. What it prints and writes:
-browser_rl/evaluation.py.
+The model is played with the episode settings it was trained with (saved beside it); --config takes the tasks and
+servers of a recipe file, never its training options. What it prints and writes: browser_rl/evaluation.py.
 """
 
 import os

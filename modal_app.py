@@ -1,19 +1,13 @@
 """The recipe on Modal's GPUs: train.py's own entry point, in a container with a GPU and two volumes.
 
     modal run modal_app.py                                   # config.yaml
-    modal run modal_app.py --config my.yaml --use-peft       # your config; LoRA
-    modal run modal_app.py --run-name lfm2-350m-click-test-20261122-101500   # resume that run
-    modal run modal_app.py --config my.yaml                  # with `modal_gpu: H100:4`: torchrun over 4 GPUs
+    modal run modal_app.py --config my.yaml --use-peft       # your config; LoRA; `modal_gpu: H100:4`: torchrun over 4
 
-The YAML is read here, on your machine, and shipped with the call, so the file you edited is what runs;
-its `modal_*` keys choose the GPU, timeout, retries and secrets, and how many environment servers to start.
-Those run apart from the GPU, each in a CPU container of its own (a Modal sandbox, started with OpenEnv's
-ModalProvider from the environment package's Dockerfile), reached over an encrypted tunnel with a token made for
-the run; a config with `env_url` uses those servers instead. Each run writes to its own directory in the
-`browser-rl-checkpoints` volume, committed at every checkpoint; when Modal retries a failed or preempted
-attempt, the retry resumes from the latest checkpoint there, with the global step, optimizer, scheduler
-and RNG state restored. With several GPUs (`modal_gpu: TYPE:N`), the function starts the environment servers for
-all of them and runs train.py under torchrun, one rank per GPU, committing the volume every minute meanwhile.
+The YAML is read on your machine and shipped with the call; its `modal_*` keys choose the GPU, timeout, retries,
+secrets and environment servers, which run in CPU sandboxes of their own (OpenEnv's ModalProvider, from the
+environment's Dockerfile) reached over a tunnel with a token made for the run. Each run writes to its own directory of
+the `browser-rl-checkpoints` volume, committed at every checkpoint, and a retry resumes from the latest one
+(docs/guide.md, "On Modal").
 """
 
 import contextlib

@@ -2,16 +2,12 @@
 
     python train.py --config config.yaml                 # full fine-tune of LFM2-350M (GPU, vLLM colocated)
     python train.py --config config.yaml --use_peft      # LoRA
-    python train.py --config configs/smoke.yaml          # tiny model on the CPU, a few minutes
     torchrun --nproc_per_node 4 train.py --config config.yaml   # data-parallel on 4 GPUs (or accelerate launch)
 
-Every option of TRL's GRPOConfig and ModelConfig works in the YAML file and on the command line, plus the
-recipe's own (browser_rl/options.py). Without `env_url`, environment servers are started locally and stopped at exit.
-Under a launcher each rank plays its share of a step's episodes on one pool of servers (the first rank of each node
-starts the node's), and the step's figures are gathered from every rank.
-
-This file wires the recipe's parts into TRL's GRPOTrainer: the episodes (browser_rl/rollout.py), the step's figures
-(browser_rl/metrics.py), the SFT phases (browser_rl/sft_phases.py, browser_rl/trainer.py).
+Every option of TRL's GRPOConfig and ModelConfig works, plus the recipe's own (`--help` shows them in groups).
+Without `env_url`, environment servers are started locally and stopped at exit. This file wires the recipe's parts into
+TRL's GRPOTrainer: the episodes (browser_rl/rollout.py), the step's groups (browser_rl/dynamic_sampling.py), its
+figures (browser_rl/metrics.py), the SFT phases and whole checkpoints (browser_rl/trainer.py).
 """
 
 import contextlib

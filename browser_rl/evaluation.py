@@ -1,23 +1,12 @@
 """Measuring a policy on web tasks against the real environment: what evaluate.py runs (its command line is there).
 
-`--model` is a model directory or hub id, a checkpoint, or a LoRA adapter directory as `train.py --use_peft`
-saves it; its episodes are played with the episode settings it was trained with (browser_rl.episode_settings). For
-each task (`--task_name`, or `--tasks` with names and presets as in training) it prints the
-success rate with its 95% confidence interval, the mean number of turns of the solved episodes, and the share
-of replies that held no valid action; for several tasks, as a table with the mean over tasks, and a chart
-(success.png), and per BrowserGym split (train, test). Writes one JSON line per episode, a summary (with the
-commit, package versions and seeds) to --output_dir, and with --traces (all, failures, or N per task) the traces
-of the episodes and a viewer that shows them step by step with the page as it looked (browser_rl.traces). Run again
-with the same settings (or more --episodes) and output directory, it plays only the episodes not yet recorded.
-
-The seeds start at 1,000,000 by default, away from the seeds training uses (0 .. num_task_seeds - 1).
-`--benchmark miniwob` plays BrowserGym's MiniWoB benchmark as browsergym-experiments defines it: every task, each
-with its five seeds, at most 10 steps; `--split` keeps one of BrowserGym's two splits, with the same seeds. Where
-this project's episodes differ from BrowserGym's, the report says so (PROTOCOL_DIFFERENCES).
-
-Episodes are batched so that a session keeps playing one task and restarts in its page. A batch the environment
-failed is played again on fresh sessions; its episodes are never scored. The log says how many episodes are played
-after each batch, and within a batch at most once a minute which turns its episodes are at.
+The model (browser_rl.model_source) plays with the episode settings it was trained with, on held-out seeds (from
+1,000,000; training's are 0 .. num_task_seeds - 1), or on BrowserGym's MiniWoB benchmark as browsergym-experiments
+defines it (`--benchmark`, `--split`; where this protocol differs, the report says so). Episodes are batched so that a
+session keeps playing one task and restarts in its page; a batch the environment failed is played again, never
+scored. Every episode is one JSON line, appended as it ends, so that a rerun plays only what is not yet recorded; the
+summary, report and chart are browser_rl.evaluation_report's, the traces browser_rl.traces'. The log says after each
+batch how many episodes are played and the time left, and within a batch at most once a minute which turns it is at.
 """
 
 import contextlib

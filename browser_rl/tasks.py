@@ -1,17 +1,10 @@
 """Which tasks a run plays (MiniWoB's, the workflows', a user's own), and how often: the config's task list (names,
 weights, named presets), and the sampler that picks the task of each GRPO group, by weight or by a curriculum.
 
-GRPO learns only from a group whose episodes disagree: a task the policy always solves, or never does, gives
-every episode the same reward and so no gradient. The curriculum weighs each task by p(1 - p), where p is its
-running success rate, the variance of its reward and largest at 50%; a floor keeps every task in the mix, so
-that a task nobody solves yet, or one that was mastered and is being forgotten, is still seen. A task's rate starts
-at 50% (nothing known), or at what an evaluation of the start model measured at the training temperature: a short
-run sees each task only a few times, too few for the running rate to leave 50%, and drawn from 50% the curriculum
-draws as uniformly as no curriculum (docs/real_model.md).
-
-The draws are spread out rather than independent, so that a short run still plays every task: a GRPO step updates
-weights every task shares, and a task left out drifts untrained (independent draws left 5 of 20 tasks unplayed in a
-run of 40 groups, two of them the forms it then forgot: docs/real_model.md).
+GRPO learns only from a group whose episodes disagree, so the curriculum weighs each task by p(1 - p) of its running
+success rate p, floored so that every task stays in the mix; p starts at 50%, or at what an evaluation of the start
+measured at the training temperature. The draws are spread out rather than independent, so that a short run still
+plays every task: a task left out drifts untrained (docs/real_model.md has the runs behind both).
 """
 
 import functools

@@ -180,3 +180,12 @@ def test_the_readme_reads_in_five_minutes_and_says_first_what_the_recipe_achieve
     assert len(readme.splitlines()) <= 250
     assert headings[:3] == ["What it achieves", "Quick start, on a CPU", "On a GPU"]
     assert "Q4_1" in readme.split("## Quick start")[0]  # the real model is a dequantized 4-bit file, and says so
+
+
+def test_each_product_modules_docstring_says_its_job_in_a_dozen_lines_the_why_in_the_docs():
+    files = [*ROOT.glob("*.py"), *(path for package in PRODUCT_PACKAGES for path in (ROOT / package).rglob("*.py"))]
+    lengths = {}
+    for path in files:
+        docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False)
+        lengths[str(path.relative_to(ROOT))] = len(docstring.splitlines()) if docstring else 0
+    assert len(lengths) > 50 and {name: n for name, n in lengths.items() if n > 12} == {}

@@ -2,22 +2,13 @@
 
 A demonstrations file is JSON lines, one episode per line, in format version 1:
 
-    {"version": 1, "task": "enter-text", "seed": 2000000, "goal": "Enter \\"Kay\\" into the text field ...",
+    {"version": 1, "task": "enter-text", "seed": 2000000, "goal": "Enter \"Kay\" into the text field ...",
      "turns": [{"page": "<accessibility tree>", "reply": "fill('14', 'Kay')", "error": ""}, ...],
      "done": true, "reward": 1.0, "raw_reward": 1.0,
      "settings": {"max_turns": 10, "max_page_chars": 2000, "settle_ms": 0, "prompt_version": 2}}
 
-Each turn holds the page the policy was shown before replying (BrowserGym's `axtree_txt`, as the server sent it:
-the prompt compacts and cuts it), the reply as written, the error its action raised ("" if none) and, optionally,
-`"ended": false` for a reply the length limit cut off. `done`, `reward` (the server's) and `raw_reward` (the page's
-own; a file written by hand may leave it out, and then `reward` decides) are the environment's at the end;
-an episode is a success when `rewards.solved` says so. `settings` are the episode settings it was played with
-(browser_rl.episode_settings), which the recorder writes into every row and a warm-up takes from the file; a file
-written by hand may leave them out. Bad rows fail the load, each named by its line.
-
-For fine-tuning, an episode is rendered by browser_rl.rollout's own functions (`begin`, `add_reply`, `add_outcome`),
-so its tokens are those the policy would have seen and written had it played the episode: one row per episode, the
-loss on the replies only, each reply ended by the end-of-turn token. warm_start.record writes such files.
+Bad rows fail the load, each named by its line; each field's meaning: docs/guide.md, "The demonstrations format". For
+fine-tuning, an episode is rendered by browser_rl.episode's own calls, token for token as a rollout renders it.
 """
 
 import logging

@@ -1,17 +1,13 @@
 """Record demonstrations: episodes played by the scripted experts (warm_start.experts), a weak start's mix of right
-and wrong replies by the scripted plans (warm_start.plans), or a model's own sampled episodes (filtered behaviour
-cloning: the warm-up then learns its successes), written as a demonstrations file (warm_start.demonstrations) with the
-episode settings they were played with in every row.
+and wrong replies by the scripted plans (warm_start.plans), or a model's own sampled episodes (`--sampled_by`: filtered
+behaviour cloning, the warm-up then learns its successes), written as a demonstrations file (warm_start.demonstrations)
+with the episode settings they were played with in every row.
 
     python -m warm_start.record --config configs/warm_up/book_flight.yaml --tasks book-flight --episodes 500
-    python -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 \\
-        --replies one_right_of_eight
-    python -m warm_start.record --config configs/warm_up/smollm2_page_reading_cpu.yaml --tasks page-reading \\
-        --sampled_by outputs/real/warm-up-full --first_seed 0 --episodes 64 --demonstrations outputs/own.jsonl
 
 The file's path is `demonstrations`, the tokenizer the episodes are rendered with is the policy's
-(`model_name_or_path`), and the episode settings are the options of the same names: a warm-up file holds all three,
-and warm_start.warm_up then reads the same file. Seeds start at 2,000,000, apart from training's and evaluation's.
+(`model_name_or_path`): a warm-up file holds both, and warm_start.warm_up then reads the same file. Seeds start at
+2,000,000, apart from training's and evaluation's.
 """
 
 import contextlib

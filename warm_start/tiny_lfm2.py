@@ -6,14 +6,8 @@ It has LFM2's architecture (convolution and attention layers with the real layer
 template and special-token ids, and a byte-level BPE vocabulary of 466 tokens (all its small corpus, the
 action reference and a page, gives), so every code path of the recipe runs on it in seconds, vLLM's included.
 It knows nothing: a stand-in for `LiquidAI/LFM2-350M` where the hub cannot be reached. Two layers (a
-convolution, then attention), 64 wide by default (the learning benchmark builds a 256-wide one with four layers),
-attention heads of 64 like the real model's.
-
-With `miniwob_vocabulary` (bench/copying.py), the vocabulary also holds MiniWoB's element ids, names and words whole
-(2,078 tokens), as a real tokenizer holds common words. Not by default: LoRA leaves the random embeddings frozen,
-which caps the probability of any one token the lower the more tokens there are (6% for `click` at 256 wide with
-2,078 tokens: docs/page-reading-experiments.md), and the tests, the smoke run and the click-test benchmark have no
-words to read.
+convolution, then attention), 64 wide by default, attention heads of 64 like the real model's. `miniwob_vocabulary`
+(bench/copying.py) adds MiniWoB's words whole, and why not by default: docs/page-reading-experiments.md.
 """
 
 import argparse

@@ -2,26 +2,12 @@
 
 Each demonstration is one training row, rendered token for token as the policy would have seen and written it
 in a rollout, with the loss on its replies only. Full fine-tune by default, LoRA with --use_peft (merged into the
-model it writes), bf16 where the device has it; every option of TRL's SFTConfig and ModelConfig works, in a YAML
-file (--config) or on the command line. The model it writes is what train.py's model_name_or_path takes, with the
-episode settings its demonstrations were played with beside it (browser_rl.episode_settings): a warm-up told to
-render them otherwise refuses, unless override_episode_settings.
+model it writes), bf16 where the device has it; every option of TRL's SFTConfig and ModelConfig works. The model it
+writes, with the episode settings its demonstrations were played with beside it, is what train.py starts from:
 
-    python -m warm_start.record --config configs/warm_up/book_flight.yaml --tasks book-flight --episodes 500
     python -m warm_start.warm_up --config configs/warm_up/book_flight.yaml
-    python train.py --config configs/book_flight.yaml
 
-The smoke run's weak start is the same with a mix of right and wrong demonstrations (`make smoke` builds it):
-
-    python -m warm_start.record --config configs/warm_up/smoke.yaml --tasks click-test --episodes 16 \\
-        --replies one_right_of_eight
-    python -m warm_start.warm_up --config configs/warm_up/smoke.yaml
-
-Stopped at its lowest validation loss on held-out demonstrations instead of a fixed number of epochs (at most 4 here):
-
-    python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_cpu.yaml --validation_share 0.25 \\
-        --num_train_epochs 4 --eval_strategy epoch --save_strategy epoch --load_best_model_at_end true \\
-        --save_only_model true --save_total_limit 1
+The smoke run's weak start, the book-flight path and a warm-up stopped at its lowest validation loss: docs/guide.md.
 """
 
 import logging

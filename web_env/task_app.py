@@ -5,12 +5,10 @@
     page.goto(url + "index.html")
 
 The app gets an origin of its own, http://<folder's name>.localhost/, answered inside the browser (Playwright's request
-routing): a file of the folder is served as it is, and any other path goes to the backend, a WSGI application (a
-function, or a Flask or Django app), called in this process. No port is opened and nothing is shared: each episode's
-backend is the object the task made for it, so the concurrent episodes of a GRPO group never see each other's
-writes, and `validate` reads what the app recorded (`self.app.bookings`), not the page. The same task runs under
-BrowserGym's own BrowserEnv. The environment server gives its browsers no network, so the app's origin is the only one
-a page of a task reaches (docs/your_own_task.md).
+routing): a file of the folder is served as it is, any other path goes to the backend (a function, or a Flask or
+Django app), called in this process. No port is opened and nothing is shared: the concurrent episodes of a GRPO group
+never see each other's writes, and `validate` reads what the app recorded. The environment server gives its browsers
+no network, so the app's origin is the only one a page of a task reaches (docs/your_own_task.md).
 """
 
 import io

@@ -1,16 +1,13 @@
 """Serves BrowserGym's tasks (MiniWoB++'s, and your own) as an OpenEnv environment (FastAPI + WebSocket).
 
     python -m web_env.server --port 8000        # loopback only; GET /health answers when ready
-    python -m web_env.server --task_modules coffee/coffee_task.py     # your tasks beside MiniWoB's
+    python -m web_env.server --task_modules tests/own_tasks/coffee/coffee_task.py     # your tasks beside MiniWoB's
 
 Wire-compatible with OpenEnv's public BrowserGym environment: the action is {"action_str": "click('13')"},
 and observations carry goal, axtree_txt, pruned_html, text, url, error, last_action_error, reward, done.
-Each WebSocket session gets its own browser context on one of a few long-lived browsers (environment.py);
-`reset` takes `task_name`, `seed`, `screenshot=True` for the page's pixels, and `trace=True` for a traced episode
-(each page as a JPEG, each action's element box).
-
-This module is the hosting: the app and its token, the command line, and stopping with the process that started it.
-The environment itself is environment.py's; the browser set-up (Chromium, the task pages) browser_setup.py's.
+`reset` takes `task_name`, `seed`, `screenshot=True` for the page's pixels, and `trace=True` for a traced episode.
+This module is the hosting: the app and its token, the command line, and stopping with the process that started it;
+the environment itself is environment.py's, the browser set-up browser_setup.py's.
 """
 
 import argparse

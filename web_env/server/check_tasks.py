@@ -3,18 +3,11 @@
     python -m web_env.server.check_tasks my_tasks.py            # every task the module registers, seeds 0-4
     python -m web_env.server.check_tasks my_tasks --seeds 10 --random_actions 30
 
-For each task, on each seed, in the server's own environment (sessions on shared browsers, as in training):
-- the same seed gives the same goal and page, in a fresh session and after another episode; other seeds give other
-  instances;
-- `cheat` solves it: done with reward 1.0;
-- each of the task's `wrong_endings` (functions of the task and the page that end the episode wrongly) ends the episode
-  with reward 0;
-- random actions of the allowlist never make `validate` raise;
-- two sessions at once share nothing, and an episode sees nothing of the one before it in its session: after another
-  session or episode solved the same seed, the page is a fresh session's and `validate` does not pay;
-- a request from the task's page to another origin (a server this checker opens on loopback) never arrives;
-and it reports what a reset costs. Tasks are checked `--workers` at a time. Exits with status 1 and one line per
-failure, 0 when all pass.
+For each task and seed, in the server's own environment: a seed gives the same instance every time and other seeds
+others; `cheat` solves it; each of its `wrong_endings` ends it with reward 0; random allowlisted actions never make
+`validate` raise; concurrent sessions and consecutive episodes share nothing; a request to another origin never
+arrives; and what a reset costs. Exits with status 1 and one line per failure, 0 when all pass (every check in
+detail: docs/your_own_task.md).
 """
 
 import argparse

@@ -1,44 +1,13 @@
 """BrowserGym's actions run on a page, the common ones in a few round trips where Playwright takes about a dozen, with
 the same outcome.
 
-BrowserGym runs `click('12')` as Playwright's `get_by_test_id('12').count()` and `.click(timeout=500)`. The click
-goes from Python to Playwright's Node driver, which asks Chromium in turn: find the element, wait until it is visible,
-enabled and stable over two animation frames, scroll it into view, measure its box and the viewport, check the element
-is what the pointer would hit at the box's centre, set up a listener that checks that again as the events land,
-move, press and release the mouse, read back the listener's verdict and release the handles: each a round trip of a
-few milliseconds of CPU across the three processes (bench/action_profile.py counts them for every action type).
-
-For click, dblclick and hover on an element of the main frame, and fill of a text input, one call in the page
-(ELEMENT_CHECK) does Playwright's checks and returns the point, and Playwright's page-level mouse or keyboard puts the
-input in: trusted events, the same pipelined move, press and release (or inserted text) the element's own path
-sends, and the mouse's position kept where Playwright keeps it. An element not wholly in view is first scrolled by
-Playwright's own call, as its pointer actions do before they measure (scrolled_into_view). The check asks more than
-Playwright does, never less: wherever Playwright would have waited, retried or refused (not exactly one element, not
-visible, possibly disabled or read-only, moving, still cut by a scroller after the scroll, covered at its centre, a box
-in several pieces, an input typed some other way), or the action is another one or has options, BrowserGym's own code
-runs, so waits, timeouts and error texts stay BrowserGym's. tests/test_page_actions.py plays each refusal of each
-action type on both paths.
-
-On a page that may navigate (a task module's app posts forms, follows links), the checked click, double click or
-hover is put in by Playwright's element call forced past the checks, which waits for a navigation the input starts as
-BrowserGym's call does, with no deadline: the wait is for the task's own app to answer, which a busy machine stretches
-past any fixed time (a CI run's bill payment went past the task's 5 s, its click done and its answer on the way), and an
-app that never answers is a hung server, which the client finds by its `env_timeout_s`.
-
-Playwright (1.44) can leave the hit-target check of a pointer action it gave up on in the page: a timeout after the
-check was set up disposes the check's handle before the call that would take the check off is made, and the check stays
-in Playwright's own script world (out of the page's reach, and of a restart's), stopping every later click whose first
-event lands off the element it was set up for, until Playwright's next pointer action replaces it. BrowserGym's code
-acts through Playwright's element calls alone, so a left check never meets it; the short path's input did (a click of
-an accordion's header, after a timed-out click on one still moving, did nothing on a busy machine). So once a pointer
-action by Playwright's element calls has failed in a page, the page is marked (MARK_HIT_CHECK_LEFT), and there a short
-path's input of which no event reached the check's listener (the left check listens before it) is followed by
-Playwright's element call, as a missed hit is: it replaces the left check and acts.
-
-A focus of one element is one call in the page too (FOCUS): Playwright checks nothing before a focus, so BrowserGym's
-500 ms covered only the page's own focus handlers, which a busy machine made pass with the element focused
-(scripts/focus.js). So is a select_option of one option by its value or label (scripts/select_option.js): a busy
-machine ran BrowserGym's call out of its 500 ms before the select was looked at.
+Click, dblclick, hover and fill of a plain element, a focus, and a select_option of one option are one call in the page
+(ELEMENT_CHECK, FOCUS, scripts/select_option.js) that does Playwright's checks, then trusted input by Playwright's
+page-level mouse or keyboard. The checks ask more than Playwright does, never less: wherever Playwright would have
+waited, retried or refused, BrowserGym's own code runs, so waits, timeouts and error texts stay BrowserGym's
+(tests/test_page_actions.py plays each refusal of each action type on both paths). On a page that may navigate, a
+checked pointer action waits for the navigation it starts; a page where Playwright left a hit-target check behind is
+marked (MARK_HIT_CHECK_LEFT). Why each of these, and what each saves: docs/environment.md, "The short path".
 """
 
 import contextlib
