@@ -81,7 +81,7 @@ FULL = Benchmark(
     replies=a_third_right,
     warm_up_seeds=64,
     warm_up_steps=200,
-    grpo_config=ROOT / "configs" / "page_reading.yaml",
+    grpo_config=ROOT / "configs" / "learning_page_reading.yaml",
     runs={
         "full, uniform": [],
         "full, curriculum": ["--curriculum", "true"],
@@ -96,7 +96,7 @@ QUICK = Benchmark(
     replies=one_right_of_eight,
     warm_up_seeds=16,
     warm_up_steps=150,
-    grpo_config=ROOT / "configs" / "learning.yaml",
+    grpo_config=ROOT / "configs" / "learning_click_test.yaml",
     # At 1e-3 and 15 steps a run could collapse into replies without an action (docs/learning.md).
     runs={"GRPO, full": ["--learning_rate", "5e-4", "--max_steps", "20"]},
     episodes=48,

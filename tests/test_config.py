@@ -1,5 +1,6 @@
 import hashlib
 import logging
+import re
 import subprocess
 import sys
 import warnings
@@ -213,13 +214,13 @@ def test_train_py_exits_with_status_2_and_no_traceback_on_a_config_error(tmp_pat
 
 
 def test_the_learning_benchmark_config_plays_one_action_per_episode_on_the_cpu():
-    _, episodes, *_, training_args, model_args = parse_config("configs/learning.yaml")
+    _, episodes, *_, training_args, model_args = parse_config("configs/learning_click_test.yaml")
     assert episodes.max_turns == 1 and model_args.dtype == "float32" and training_args.use_vllm is False
     assert training_args.generation_batch_size % training_args.num_generations == 0
 
 
 def test_the_page_reading_benchmark_config_gives_every_task_room_for_its_actions(tokenizer):
-    tasks, episodes, *_, training_args, _ = parse_config("configs/page_reading.yaml")
+    tasks, episodes, *_, training_args, _ = parse_config("configs/learning_page_reading.yaml")
     assert list(tasks.task_weights()) == PRESETS["page-reading"] and tasks.curriculum is False
     assert episodes.max_turns >= 3  # login-user's three actions
     # A fill of a 12-letter name, or of a six-character password, and its end fit, in the tests' tokenizer and in
@@ -314,7 +315,7 @@ def test_a_checkpoint_to_resume_from_that_does_not_exist_says_the_option_is_not_
 
 
 def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_curriculum():
-    tasks, *_, training_args, _ = parse_config("configs/browsergym_train.yaml")
+    tasks, *_, training_args, _ = parse_config("configs/browsergym_train_cpu.yaml")
     assert sorted(tasks.task_weights()) == sorted(preset_tasks("browsergym-train")) and len(tasks.tasks) == 1
     assert len(tasks.task_weights()) == 62 and tasks.curriculum is True
     assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0
@@ -327,3 +328,15 @@ def test_every_option_s_help_is_shown(command, capsys):
     with pytest.raises(SystemExit) as exited:
         parse_command_line(command.OPTIONS, ["--help"])
     assert exited.value.code == 0 and "--max_turns" in capsys.readouterr().out
+
+
+def test_configs_index_lists_every_config_each_named_on_the_one_rule():
+    index = (ROOT / "configs" / "README.md").read_text()
+    listed = re.findall(r"^\| `([a-z_/0-9]+\.yaml)` \|", index, re.M)
+    files = sorted(str(path.relative_to(ROOT / "configs")) for path in (ROOT / "configs").rglob("*.yaml"))
+    assert sorted(listed) == files
+    rule = re.compile(r"(accelerate/[a-z0-9]+|(warm_up/)?(smoke|smollm2_[a-z_]+_cpu|learning_[a-z_]+|[a-z_]+))\.yaml")
+    assert [name for name in files if not rule.fullmatch(name)] == []
+    for name in files:  # a warm-up is step 1 of a run of the same name, or says it stands alone
+        if name.startswith("warm_up/") and not (ROOT / "configs" / name.removeprefix("warm_up/")).exists():
+            assert "a warm-up only" in index.split(f"`{name}`")[1].splitlines()[0], name
