@@ -7,13 +7,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from bench.drift import reply_probabilities
 from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
 from browser_rl.generation import reply_of_text
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from warm_start.demonstrations import Demonstration, DemonstrationsError, load, of_episode, replay, save, sft_dataset
+from warm_start.demonstrations import (
+    Demonstration,
+    DemonstrationsError,
+    load,
+    of_episode,
+    replay,
+    reply_probabilities,
+    save,
+    sft_dataset,
+)
 from warm_start.plans import plan_of
 
 # Per task, what the policy writes turn by turn: wrong actions (an error, no action, a cut-off reply) before the

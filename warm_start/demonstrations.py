@@ -16,6 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Literal
 
+import torch
 from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -189,3 +190,30 @@ def sft_dataset(demonstrations: list[Demonstration], chat: ChatTurns, max_length
             + "; ".join(too_long[:5])
         )
     return Dataset.from_dict(rows)
+
+
+def reply_spans(mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each run of reply tokens in an episode's mask."""
+    spans, start = [], None
+    for position, in_reply in enumerate([*mask, 0]):
+        if in_reply and start is None:
+            start = position
+        elif not in_reply and start is not None:
+            spans.append((start, position))
+            start = None
+    return spans
+
+
+@torch.no_grad()
+def reply_probabilities(model, chat: ChatTurns, demonstration: Demonstration) -> list[tuple[float, float]]:
+    """(the whole reply's probability, its first token's) for each turn of the demonstration, as `model` gives them
+    reading the demonstration as the warm-up trains on it: how far training moved a policy from its demonstrations
+    (bench/drift.py)."""
+    episode = replay(demonstration, chat)
+    ids = torch.tensor([episode.context()])
+    logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+    targets = logprobs.gather(1, ids[0, 1:, None])[:, 0]  # position p predicts token p + 1
+    return [
+        (targets[start - 1 : end - 1].sum().exp().item(), targets[start - 1].exp().item())
+        for start, end in reply_spans(episode.reply_mask())
+    ]
