@@ -378,9 +378,9 @@ def main(
         except EnvironmentUnavailable as error:
             kept = f"checkpoints are kept in {training_args.output_dir}; the same command resumes from the last one"
             raise EnvironmentUnavailable(f"{error}. {kept.capitalize()}") from error
-        trainer.save_model(training_args.output_dir)
-        if trainer.accelerator.is_main_process:
+        if trainer.accelerator.is_main_process:  # first: with push_to_hub, save_model uploads the folder
             settings.settings.save(training_args.output_dir)
+        trainer.save_model(training_args.output_dir)
         log.info("final %s saved to %s", "adapter" if model_args.use_peft else "model", training_args.output_dir)
 
 

@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import signal
@@ -267,6 +268,19 @@ def test_a_rerun_with_other_options_is_refused_naming_them_and_resumes_or_restar
     assert (tmp_path / "earlier-1" / "checkpoint-2" / "model.safetensors").read_bytes() == first  # kept as it was
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]  # trained anew
     assert json.loads((tmp_path / "checkpoint-1" / "run_config.json").read_text())["learning_rate"] == 2e-4
+
+
+def test_the_folder_a_run_pushes_to_the_hub_holds_its_episode_settings(tiny_model, env_server, tmp_path, monkeypatch):
+    # The Hub cannot be reached here: what a push would upload is the output folder as it is at the push.
+    uploaded = []
+    monkeypatch.setattr(RecipeTrainer, "init_hf_repo", lambda self, token=None: None)
+    monkeypatch.setattr(RecipeTrainer, "_push_from_checkpoint", lambda self, checkpoint: None)
+    monkeypatch.setattr(
+        RecipeTrainer, "push_to_hub", lambda self, **kwargs: uploaded.append(sorted(os.listdir(self.args.output_dir)))
+    )
+    run_training(tiny_model, env_server.url, tmp_path, "--push_to_hub", "true", "--hub_model_id", "you/agent")
+    (folder,) = uploaded
+    assert "episode_settings.json" in folder and "model.safetensors" in folder
 
 
 @pytest.mark.parametrize("terminal", [True, False])
