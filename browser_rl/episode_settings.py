@@ -10,6 +10,14 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+)
+
 from browser_rl.errors import ConfigError
 from browser_rl.options import EpisodeArguments
 from browser_rl.prompts import PROMPT_VERSION
@@ -37,10 +45,19 @@ DEFAULTS = EpisodeSettings()
 
 
 def saved_with(model: str) -> EpisodeSettings | None:
-    """The settings saved beside a model, checkpoint or adapter directory; None for a hub id or a directory that
-    says nothing (a base model)."""
+    """The settings saved beside a model, checkpoint or adapter: a directory's file, or a Hub id's (downloaded, or
+    from the local cache offline); None where none was saved (a base model), or where the Hub cannot say (loading
+    the model then says why)."""
     path = Path(model) / SETTINGS_FILE
-    return EpisodeSettings(**json.loads(path.read_text())) if path.is_file() else None
+    if path.is_file():
+        return EpisodeSettings(**json.loads(path.read_text()))
+    if Path(model).expanduser().exists():
+        return None
+    try:
+        path = Path(hf_hub_download(model, SETTINGS_FILE))
+    except (HFValidationError, EntryNotFoundError, LocalEntryNotFoundError, RepositoryNotFoundError):
+        return None
+    return EpisodeSettings(**json.loads(path.read_text()))
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,18 @@ def test_a_resumed_run_refuses_a_checkpoint_made_with_other_settings(tmp_path, t
         train.main(*args)
     assert episode_settings.saved_with(str(checkpoint)).max_page_chars == 1000
     assert (checkpoint / SETTINGS_FILE).exists()
+
+
+def test_a_hub_ids_saved_settings_are_read_from_the_hub_or_offline_from_its_cache(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    # The Hub cannot be reached here: a model pushed as `you/agent`, as the Hub's cache holds it after a download.
+    snapshot = tmp_path / "hub" / "models--you--agent" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (tmp_path / "hub" / "models--you--agent" / "refs").mkdir()
+    (tmp_path / "hub" / "models--you--agent" / "refs" / "main").write_text("a" * 40)
+    EpisodeSettings(max_turns=3, max_page_chars=1500).save(snapshot)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert saved_with("you/agent") == EpisodeSettings(max_turns=3, max_page_chars=1500)
+    assert saved_with("you/base-model") is None  # nothing saved, or nothing the cache holds: the defaults
