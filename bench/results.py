@@ -1,6 +1,7 @@
 """The README's results table and chart, made from the evaluations themselves: each row of docs/results/rows.yaml is
 an evaluation kept in docs/results/NAME/ (its summary.json as evaluate.py wrote it, and, after the first row, its
-compare.json: compare.py's paired exact test against the row before, on the same episodes).
+compare.json: compare.py's paired exact test against the row before, or the row it names as `against`, on the same
+episodes).
 
     python bench/results.py            # prints the table; writes docs/results.png
     python bench/results.py --table    # prints the table alone
@@ -27,23 +28,28 @@ def rows() -> list[dict]:
         row["summary"] = json.loads((RESULTS / row["name"] / "summary.json").read_text())
         compared = RESULTS / row["name"] / "compare.json"
         row["compare"] = json.loads(compared.read_text()) if compared.exists() else None
+    by_name = {row["name"]: row for row in listed}
     for before, row in itertools.pairwise(listed):
+        row["against"] = by_name[row.get("against", before["name"])]
         compare = row["compare"]
         # The comparison is of these two evaluations: the same successes on each side.
-        assert compare is not None, f"{row['name']}: no compare.json against {before['name']}"
-        assert (compare["before"], compare["after"]) == (before["summary"]["solved"], row["summary"]["solved"]), row
+        assert compare is not None, f"{row['name']}: no compare.json against {row['against']['name']}"
+        solved = (row["against"]["summary"]["solved"], row["summary"]["solved"])
+        assert (compare["before"], compare["after"]) == solved, row["name"]
     return listed
 
 
-def p_value_cell(compare: dict | None) -> str:
-    if compare is None:
+def p_value_cell(row: dict) -> str:
+    if row["compare"] is None:
         return "-"
-    return f"p = {compare['p_value']:.2g} ({compare['only_after']} gained, {compare['only_before']} lost)"
+    compare = row["compare"]
+    gained, lost = compare["only_after"], compare["only_before"]
+    return f"{row['against']['name']}: p = {compare['p_value']:.2g} ({gained} gained, {lost} lost)"
 
 
 def table(listed: list[dict]) -> str:
     lines = [
-        "| model | success (95% CI) | against the row before | time | command |",
+        "| model | success (95% CI) | paired test against | time | command |",
         "| --- | --- | --- | --- | --- |",
     ]
     for row in listed:
@@ -53,7 +59,7 @@ def table(listed: list[dict]) -> str:
         success = f"{100 * summary['success_rate']:.1f}% ({solved}, {100 * low:.1f}-{100 * high:.1f}%)"
         evaluation = f"{summary['seconds'] / 60:.0f} min evaluation"
         time = f"{row['training']} + {evaluation}" if row.get("training") else evaluation
-        lines.append(f"| {row['label']} | {success} | {p_value_cell(row['compare'])} | {time} | `{row['command']}` |")
+        lines.append(f"| {row['label']} | {success} | {p_value_cell(row)} | {time} | `{row['command']}` |")
     return "\n".join(lines)
 
 
