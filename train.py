@@ -45,7 +45,7 @@ from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskInstance, TaskSampler, task_instances
 from browser_rl.traces import TrainingTraces, covers_a_traced_step
-from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu, steps_done
+from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu
 from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import task_success
 from warm_start.guides import guide_of_tasks
@@ -336,15 +336,6 @@ def main(
     # before the others look.
     with training_args.main_process_first(desc="the checkpoint to resume from"):
         resume_from = checkpoint_to_resume(training_args, config)
-    if resume_from and 0 < training_args.max_steps <= (done := steps_done(resume_from)):
-        # The trainer would take one more step past its end (a finished run rerun as it was would change its model).
-        log.info(
-            "%s is at step %d of max_steps %d: nothing to train (a larger --max_steps trains further)",
-            resume_from,
-            done,
-            training_args.max_steps,
-        )
-        return
     settings = episode_settings.resolve(episodes, episode_settings.saved_with(model), model)
     if resume_from:
         episode_settings.resolve(episodes, episode_settings.saved_with(resume_from), resume_from)
