@@ -45,7 +45,7 @@ from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
 from browser_rl.tasks import TaskInstance, TaskSampler, task_instances
 from browser_rl.traces import TrainingTraces, covers_a_traced_step
-from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu
+from browser_rl.trainer import RecipeTrainer, last_complete_checkpoint, score_only_the_replies_on_cpu, steps_done
 from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import task_success
 from warm_start.guides import guide_of_tasks
@@ -339,6 +339,10 @@ def main(
     settings = episode_settings.resolve(episodes, episode_settings.saved_with(model), model)
     if resume_from:
         episode_settings.resolve(episodes, episode_settings.saved_with(resume_from), resume_from)
+    if resume_from and 0 < training_args.max_steps <= (done := steps_done(resume_from)):
+        # The trainer would take one step past its end: a finished run rerun as it was would change its model.
+        log.info("%s is at step %d of max_steps %d: nothing to train", resume_from, done, training_args.max_steps)
+        return
     for overridden in settings.overridden:
         log.warning("playing with %s (override_episode_settings)", overridden)
     try:

@@ -3,6 +3,7 @@
 checkpoint is whole, with its episode settings, options (browser_rl.run_config), phase state and task sampler's
 state, once its trainer_state.json is written, on any number of ranks."""
 
+import json
 from pathlib import Path
 
 import torch
@@ -123,6 +124,11 @@ def score_only_the_replies_on_cpu() -> None:
 
     # TRL's own choice, read from where it is defined, so that making the trainer again changes nothing more.
     utils._use_triton = lambda device: device.type == "cpu" or chunked_logprob._use_triton(device)
+
+
+def steps_done(checkpoint: str | Path) -> int:
+    """The optimizer steps a complete checkpoint was saved after."""
+    return json.loads(Path(checkpoint, "trainer_state.json").read_text())["global_step"]
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:

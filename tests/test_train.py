@@ -246,6 +246,15 @@ def test_a_resumed_run_draws_the_tasks_the_uninterrupted_run_drew(tiny_model, en
     assert step_2(resumed) == (played, probabilities)
 
 
+def test_a_finished_run_rerun_as_it_was_trains_nothing_more(tiny_model, env_server, tmp_path, caplog):
+    run_training(tiny_model, env_server.url, tmp_path)
+    model = (tmp_path / "model.safetensors").read_bytes()
+    with caplog.at_level(logging.INFO, logger="train"):
+        run_training(tiny_model, env_server.url, tmp_path)  # the same command again, as after a crash
+    assert "checkpoint-2 is at step 2 of max_steps 2: nothing to train" in caplog.text
+    assert not (tmp_path / "checkpoint-3").exists() and (tmp_path / "model.safetensors").read_bytes() == model
+
+
 def test_a_rerun_with_other_options_is_refused_naming_them_and_resumes_or_restarts_when_told(
     tiny_model, env_server, tmp_path, caplog
 ):
