@@ -1,6 +1,7 @@
 """Each command's own options, beside the groups they share with training (browser_rl.options): what evaluate.py
-measures, which evaluations compare.py pairs, what warm_start.record plays, what warm_start.warm_up fine-tunes on,
-and where modal_app.py runs. Each under its own heading in --help; each check runs when a config is parsed."""
+measures, which evaluations compare.py pairs, what export_gguf.py writes, what warm_start.record plays, what
+warm_start.warm_up fine-tunes on, and where modal_app.py runs. Each under its own heading in --help; each check runs
+when a config is parsed."""
 
 from dataclasses import dataclass, field
 
@@ -69,6 +70,26 @@ class CompareArguments:
     before: str = field(metadata={"help": "evaluate.py output directory of the model before (the start)"})
     after: str = field(metadata={"help": "evaluate.py output directory of the model after, on the same instances"})
     output: str | None = field(default=None, metadata={"help": "also write the comparison to this JSON file"})
+
+
+@dataclass
+class ExportArguments:
+    """Which policy export_gguf.py writes as a GGUF file, where, and how its matrices are stored."""
+
+    _argument_group_name = "export"  # its heading in --help
+
+    model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
+    output: str = field(metadata={"help": "the .gguf file to write; an Ollama Modelfile is written beside it"})
+    outtype: str = field(
+        default="f16",
+        metadata={"help": "f32 (exact), f16 (half the size) or q8_0 (a quarter; llama.cpp's 8-bit blocks)"},
+    )
+
+    def __post_init__(self):
+        if self.outtype not in ("f32", "f16", "q8_0"):
+            raise ValueError(f"outtype: {self.outtype!r} is not one of f32, f16, q8_0")
+        if not self.output.endswith(".gguf"):
+            raise ValueError(f"output: {self.output!r} does not end in .gguf")
 
 
 # Seeds of recorded demonstrations start here: apart from training's (0 .. num_task_seeds - 1) and evaluation's

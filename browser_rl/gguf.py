@@ -4,7 +4,8 @@ ordinary checkpoint directory, and that directory is the policy from then on.
 
 Why a directory and not the loaded model: transformers keeps a model loaded from GGUF flagged as quantized, so it can
 neither be saved nor trained, and vLLM, TRL and PEFT all start from a path. The weights are dequantized to float32 and
-rebuilt into a plain model of the same architecture; the tokenizer and its chat template come from the file too.
+rebuilt into a plain model of the same architecture; the tokenizer and its chat template come from the file too, and
+the episode settings where the file carries them (export_gguf.py writes them: browser_rl.gguf_export).
 """
 
 import hashlib
@@ -14,11 +15,14 @@ import shutil
 from pathlib import Path
 
 import torch
+from gguf import GGUFReader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
 from browser_rl.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
+SETTINGS_KEY = "browser_rl.{}"  # each episode setting a GGUF file carries, e.g. browser_rl.max_page_chars
 
 
 def is_gguf(path: str) -> bool:
@@ -61,6 +65,8 @@ def convert(gguf: Path, output: Path) -> None:
     partial = output.with_name(f"{output.name}.partial-{os.getpid()}")
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
+    if settings := settings_in(gguf):
+        settings.save(partial)
     try:
         partial.rename(output)
     except OSError:  # another process finished first: its checkpoint is the same
@@ -78,8 +84,17 @@ def read_gguf(gguf: Path):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelUnavailable(f"{str(gguf)!r}: transformers cannot load this GGUF file: {reason}") from None
     config = loaded.config
-    del config.quantization_config
+    if hasattr(config, "quantization_config"):  # a file of float32 matrices only is not flagged
+        del config.quantization_config
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     return model, tokenizer
+
+
+def settings_in(gguf: Path) -> EpisodeSettings | None:
+    """The episode settings a GGUF file carries; None for a file that carries none (one made elsewhere)."""
+    fields = GGUFReader(gguf).fields
+    keys = {name: SETTINGS_KEY.format(name) for name in DEFAULTS.__dict__}
+    values = {name: fields[key].contents() for name, key in keys.items() if key in fields}
+    return EpisodeSettings(**values) if values else None

