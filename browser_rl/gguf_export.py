@@ -5,6 +5,8 @@ policy's episode settings as `browser_rl.*` keys, so that it plays as it was tra
 Llama-architecture models (the real model, SmolLM2) and LFM2 are covered; others are refused by name.
 """
 
+import json
+import logging
 import tempfile
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ModelUnavailable
 from browser_rl.gguf import SETTINGS_KEY
 
+log = logging.getLogger(__name__)
 ARCHITECTURES = {"llama": MODEL_ARCH.LLAMA, "lfm2": MODEL_ARCH.LFM2}
 # --outtype: how the file stores each matrix (vectors, and matrices whose rows do not split into Q8_0's blocks of
 # 32, stay float32, as llama.cpp's own converter keeps them).
@@ -73,6 +76,11 @@ def add_hyperparameters(writer: GGUFWriter, model, arch: MODEL_ARCH) -> None:
         writer.add_shortconv_l_cache(config.conv_L_cache)
 
 
+# How text is split before BPE merges, as llama.cpp names it (tokenizer.ggml.pre): GPT-2's byte-level rule, the one
+# the real model's tokenizer has. Another rule is written as llama.cpp's default, with a warning.
+GPT2_SPLIT = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+
+
 def add_vocabulary(writer: GGUFWriter, tokenizer) -> None:
     """The byte-level BPE vocabulary, merges, special tokens and chat template, read by the `gguf` package from the
     tokenizer's own files. Tokens the tokenizer treats as special are CONTROL tokens, so llama.cpp parses
@@ -84,6 +92,11 @@ def add_vocabulary(writer: GGUFWriter, tokenizer) -> None:
         except FileNotFoundError as error:
             raise ModelUnavailable(f"the GGUF export writes byte-level BPE vocabularies: {error}") from None
         special = gguf.vocab.SpecialVocab(files, load_merges=True, n_vocab=vocab.vocab_size)
+        split = json.loads(Path(files, "tokenizer.json").read_text())["pre_tokenizer"]
+    if split == GPT2_SPLIT:
+        writer.add_tokenizer_pre("gpt-2")
+    else:
+        log.warning("llama.cpp will split text by its default rule, not this tokenizer's %s", split)
     control = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
     tokens = [text for text, _, _ in vocab.all_tokens()]
     writer.add_tokenizer_model(vocab.tokenizer_model)

@@ -4,19 +4,23 @@ laid out as llama.cpp's own converter lays out the same model (slow tier)."""
 
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import gguf
 import pytest
 import torch
-from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 import evaluate
 import export_gguf
 from browser_rl.command_line import run_command
 from browser_rl.episode_settings import SETTINGS_FILE, EpisodeSettings
 from browser_rl.gguf import read_gguf, settings_in
+from browser_rl.prompts import ChatTurns
+from conftest import made_once
+from web_env.models import BrowserGymObservation
 
 
 def export(monkeypatch, model, output, *options):
@@ -131,3 +135,48 @@ def test_the_real_model_s_file_is_laid_out_as_llama_cpp_lays_out_the_same_model(
     keys |= {k for k in theirs.fields if k.startswith("llama.")} | {"tokenizer.ggml.merges", "tokenizer.chat_template"}
     for key in sorted(keys):
         assert ours.fields[key].contents() == theirs.fields[key].contents(), key
+
+
+def node_llama_cpp(folder: Path) -> None:
+    """llama.cpp's prebuilt CPU build, as npm's node-llama-cpp ships it (85 MB; no compiler needed)."""
+    packages = ["node-llama-cpp@3.22.1", "@node-llama-cpp/linux-x64@3.22.1"]
+    install = ["npm", "install", "--no-audit", "--no-fund", "--omit=optional", "--ignore-scripts", *packages]
+    subprocess.run(install, cwd=folder, check=True, capture_output=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npm") is None, reason="no npm here: llama.cpp's prebuilt build comes from npm")
+def test_llama_cpp_reads_the_exported_real_model_and_replies_as_transformers_does(
+    real_model, tmp_path_factory, worker_id, tmp_path, monkeypatch
+):
+    llama_cpp = made_once(tmp_path_factory, worker_id, "llama-cpp", node_llama_cpp)
+    export(monkeypatch, real_model, tmp_path / "smollm2.gguf", "--outtype", "f32")
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(real_model), AutoTokenizer.from_pretrained(real_model)
+    turns = ChatTurns(tokenizer, max_page_chars=2000)
+    contexts = []
+    for goal, page in PAGES:
+        ids = turns.first_prompt(BrowserGymObservation(goal=goal, axtree_txt=page))
+        with torch.no_grad():
+            reply = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)[0, len(ids) :].tolist()
+        contexts.append({"text": tokenizer.decode(ids), "ids": ids, "max_tokens": 12, "reply": reply})
+    (tmp_path / "contexts.json").write_text(json.dumps(contexts))
+    script = shutil.copy(Path(__file__).with_name("llama_cpp_replies.mjs"), llama_cpp)
+    run = subprocess.run(
+        ["node", script, str(tmp_path / "smollm2.gguf"), str(tmp_path / "contexts.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "pre-tokenizer" not in run.stderr  # llama.cpp knows how the text is split
+    answers = json.loads(run.stdout.splitlines()[-1])
+    assert [a["tokenized"] for a in answers] == [c["ids"] for c in contexts]  # the prompt, special tokens and all
+    assert [a["reply"] for a in answers] == [c["reply"] for c in contexts]
+
+
+# Pages as the recipe shows them (BrowserGym's accessibility tree) and their goals, for the replies above.
+PAGES = [
+    ('Click on the "Submit" button.', "RootWebArea 'Click Test', focused\n\t[13] button 'Submit'\n\t[14] button 'No'"),
+    ("Select Bob from the list and click Submit.", "RootWebArea '', focused\n\t[15] combobox '' value='Alice'\n\t\t"
+     "[16] option 'Alice', selected=True\n\t\t[17] option 'Bob', selected=False\n\t[18] button 'Submit'"),
+    ('Enter "kiwi" into the text field and press Submit.', "RootWebArea '', focused\n\t[12] textbox ''\n\t"
+     "[13] button 'Submit'"),
+]  # fmt: skip
