@@ -1,7 +1,7 @@
 """Each command's own options, beside the groups they share with training (browser_rl.options): what evaluate.py
-measures, which evaluations compare.py pairs, what export_gguf.py writes, what warm_start.record plays, what
-warm_start.warm_up fine-tunes on, and where modal_app.py runs. Each under its own heading in --help; each check runs
-when a config is parsed."""
+measures, what run_agent.py plays, which evaluations compare.py pairs, what export_gguf.py writes, what
+warm_start.record plays, what warm_start.warm_up fine-tunes on, and where modal_app.py runs. Each under its own
+heading in --help; each check runs when a config is parsed."""
 
 from dataclasses import dataclass, field
 
@@ -18,7 +18,18 @@ class EvalArguments:
 
     _argument_group_name = "evaluation"  # its heading in --help
 
-    model: str = field(metadata={"help": "model directory, hub id, checkpoint, or LoRA adapter directory"})
+    model: str = field(
+        metadata={
+            "help": "model directory, hub id, checkpoint, LoRA adapter directory, .gguf file, or the URL of an "
+            "OpenAI-compatible server serving one (vllm serve, llama-server)"
+        }
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "with a server's URL: the served model's directory or hub id, where the server names it otherwise"
+        },
+    )
     episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
     samples: int = field(
         default=1, metadata={"help": "episodes per seed, sampled alike (with --temperature): pass@k of k samples"}
@@ -58,6 +69,35 @@ class EvalArguments:
             raise ValueError(f"samples: {self.samples} greedy episodes of one seed are one episode: set --temperature")
         for name in ("episodes", "samples", "batch_size", "max_new_tokens"):
             if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass
+class AgentArguments:
+    """Which policy run_agent.py plays, on which instance of the task, for how many steps, and where its trace goes;
+    the task and the servers are the groups above, as in training."""
+
+    _argument_group_name = "agent"  # its heading in --help
+
+    model: str = field(metadata={"help": "what evaluate.py's --model takes: a model, checkpoint, .gguf, or a URL"})
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "with a server's URL: the served model's directory or hub id, where the server names it otherwise"
+        },
+    )
+    seed: int = field(default=1_000_000, metadata={"help": "the task's instance (held-out seeds start at 1,000,000)"})
+    max_steps: int | None = field(
+        default=None, metadata={"help": "actions at most (default: the max_turns the model was trained with)"}
+    )
+    dry_run: bool = field(default=False, metadata={"help": "show each action and ask before doing it"})
+    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
+    output_dir: str = field(default="agent-runs", metadata={"help": "where the trace and viewer.html are written"})
+
+    def __post_init__(self):
+        for name in ("max_steps", "max_new_tokens"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
 
 

@@ -104,11 +104,16 @@ def begin(episode: Episode, chat: ChatTurns, observation: BrowserGymObservation)
     episode.prompt_ids = chat.first_prompt(observation)
 
 
-def add_reply(episode: Episode, chat: ChatTurns, reply: Reply) -> str | None:
-    """The policy's reply, and the action it asks for: None when it has none, or when it was cut off by the length
+def reply_action(tokenizer, reply: Reply) -> tuple[str, str | None]:
+    """The reply's text, and the action it asks for: None when it has none, or when it was cut off by the length
     limit (even if it began with an action: otherwise the policy is rewarded for never ending its replies)."""
-    text = chat.tokenizer.decode(reply.ids, skip_special_tokens=True)
-    action = parse_action(text) if reply.ended else None
+    text = tokenizer.decode(reply.ids, skip_special_tokens=True)
+    return text, parse_action(text) if reply.ended else None
+
+
+def add_reply(episode: Episode, chat: ChatTurns, reply: Reply) -> str | None:
+    """The policy's reply, and the action it asks for (reply_action)."""
+    text, action = reply_action(chat.tokenizer, reply)
     if reply.guided:
         episode.add_environment_tokens(reply.ids)
     else:

@@ -18,11 +18,13 @@ import time
 from collections import Counter, deque
 from dataclasses import asdict, replace
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from tqdm import tqdm
 
 from browser_rl import episode_settings
+from browser_rl.agent import Agent, is_endpoint, load_agent
 from browser_rl.command_options import EvalArguments
 from browser_rl.episode import Episode
 from browser_rl.episode_settings import EpisodeSettings
@@ -35,13 +37,12 @@ from browser_rl.evaluation_report import (
     split_summaries,
     summarize,
 )
-from browser_rl.generation import Reply, cached_generate, load_policy
+from browser_rl.generation import Reply
 from browser_rl.gguf import is_gguf
 from browser_rl.metrics import grouped
-from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.progress import on_a_terminal, time_left
-from browser_rl.rollout import EpisodeRunner, Policy, model_policy
+from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import TaskInstance, browsergym_benchmark
 from browser_rl.traces import TRACES_DIR, episode_trace, traced_in_evaluation, write_trace, write_viewer
@@ -80,6 +81,8 @@ PACKAGES = (
 def default_output_dir(model: str, benchmark: str | None, split: str | None, task_args: TaskArguments) -> str:
     tasks = task_args.tasks[0] if len(task_args.tasks) == 1 else "tasks" if task_args.tasks else task_args.task_name
     tasks = "-".join(filter(None, [benchmark, split])) or tasks
+    if is_endpoint(model):  # the server's host and port
+        return f"eval-{urlparse(model).netloc.replace(':', '-')}-{tasks}"
     if Path(model).is_dir():
         return str(Path(model) / f"eval-{tasks}")
     if is_gguf(model):  # beside the file
@@ -99,10 +102,10 @@ def instances_to_play(args: EvalArguments, tasks: TaskArguments) -> tuple[list[T
     return [(miniwob_name(a.task_name), a.task_seed) for a in benchmark.env_args_list], max_steps
 
 
-def settings_to_play(model: str, given: EpisodeArguments, benchmark_steps: int | None) -> episode_settings.Resolved:
-    """The episode settings the model is played with: those it was trained with, unless given otherwise on purpose;
+def settings_to_play(agent: Agent, given: EpisodeArguments, benchmark_steps: int | None) -> episode_settings.Resolved:
+    """The episode settings the agent is played with: those it was trained with, unless given otherwise on purpose;
     under a benchmark, its step limit, which the report then names beside the model's own."""
-    resolved = episode_settings.resolve(given, episode_settings.saved_with(model), model)
+    resolved = episode_settings.resolve(given, agent.made_with, agent.name)
     if benchmark_steps is None or benchmark_steps == resolved.settings.max_turns:
         return resolved
     protocol = f"max_turns {benchmark_steps}, the benchmark's, not the {resolved.settings.max_turns} of the settings"
@@ -236,12 +239,10 @@ def run_episodes(
     runner: EpisodeRunner,
     instances: list,
     records: list[dict],
-    model,
-    tokenizer,
+    agent: Agent,
 ) -> None:
     """Plays the instances not yet in records, batch after batch, appending each played episode to records and
     to episodes.jsonl."""
-    max_context_tokens = model.config.max_position_embeddings - args.max_new_tokens
     if records:
         log.info("resuming: %d of %d episodes recorded in %s", len(records), len(instances), output_dir)
     start, recorded_before = time.monotonic(), len(records)
@@ -250,9 +251,10 @@ def run_episodes(
         for batch in batches_of_samples(still_to_play(instances, records), args.batch_size, args.samples):
             traced = args.traces is not None
             # A batch's episodes keep their caches from turn to turn, and drop them with the batch.
-            policy = model_policy(cached_generate(model, tokenizer, args.temperature, args.max_new_tokens))
-            policy = reporting_progress(policy, len(records), len(instances), len(batch), runner.settings.max_turns)
-            for episode in runner.run_until_played(batch, policy, max_context_tokens, traced):
+            policy = reporting_progress(
+                agent.policy(), len(records), len(instances), len(batch), runner.settings.max_turns
+            )
+            for episode in runner.run_until_played(batch, policy, agent.max_context_tokens, traced):
                 if traced:
                     keep_trace(args.traces, output_dir, len(records), episode, runner.settings.max_page_chars)
                 records.append(episode_record(episode))
@@ -299,8 +301,8 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         raise ConfigError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
     instances, benchmark_steps = instances_to_play(args, tasks)
-    policy = resolve_model(args.model, "--model")  # a .gguf file: its checkpoint
-    play = settings_to_play(policy, episodes, benchmark_steps)
+    agent = load_agent(args.model, "--model", args.temperature, args.max_new_tokens, args.tokenizer)
+    play = settings_to_play(agent, episodes, benchmark_steps)
     output_dir = Path(args.output_dir or default_output_dir(args.model, args.benchmark, args.split, tasks))
     settings = (
         asdict(args)
@@ -310,16 +312,15 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         | asdict(play.settings)
         | {k: v for k, v in asdict(servers).items() if k != "env_token"}  # the token is a secret
     )
-    records = recorded_episodes(output_dir, settings | {"model_files": model_files(policy)})
+    records = recorded_episodes(output_dir, settings | {"model_files": model_files(agent.source)})
     checkout = provenance()  # the code this run plays with: the checkout may move on during an hour's run
-    model, tokenizer = load_policy(policy)
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
         pool = open_server_pool(stack, servers, args.batch_size, tasks.task_modules)
-        runner = EpisodeRunner(pool, tokenizer, play.settings, episodes.lockstep, servers.max_env_failures)
+        runner = EpisodeRunner(pool, agent.tokenizer, play.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
         cpu_before = pool.cpu_readings()
-        run_episodes(args, output_dir, runner, instances, records, model, tokenizer)
+        run_episodes(args, output_dir, runner, instances, records, agent)
         cpu = cpu_s_per_episode(cpu_before, pool.cpu_readings())
     seconds = time.perf_counter() - start
     tasks = {task: summarize(of_task) for task, of_task in grouped(records, lambda r: r["task_name"]).items()}

@@ -294,10 +294,14 @@ def test_every_command_resolves_a_model_name_by_one_function_for_each_kind_of_na
     assert resolve_model(str(policy), "model_name_or_path") == str(converted)
     with pytest.raises(ConfigError, match=r"^model_name_or_path: model '.*other\.gguf' does not exist"):
         resolve_model(str(tmp_path / "other.gguf"), "model_name_or_path")
-    commands = ["train.py", "browser_rl/evaluation.py", "warm_start/record.py", "warm_start/warm_up.py"]
-    for command in commands:  # and none resolves a name its own way
+    resolving = ["train.py", "warm_start/record.py", "warm_start/warm_up.py", "export_gguf.py", "browser_rl/agent.py"]
+    playing = ["browser_rl/evaluation.py", "run_agent.py"]  # through the agent (browser_rl/agent.py)
+    for command in resolving + playing:  # and none resolves a name its own way
         source = (ROOT / command).read_text()
-        assert "resolve_model(" in source and "as_checkpoint(" not in source and "missing_model(" not in source
+        assert ("resolve_model(" if command in resolving else "load_agent(") in source
+        assert "as_checkpoint(" not in source and "missing_model(" not in source
+    for command in playing:  # the agent loads the model too
+        assert "load_policy(" not in (ROOT / command).read_text()
 
 
 def test_a_checkpoint_to_resume_from_that_does_not_exist_says_the_option_is_not_needed(tiny_model, tmp_path):
