@@ -40,6 +40,7 @@ from browser_rl.evaluation_report import (
 from browser_rl.generation import Reply
 from browser_rl.gguf import is_gguf
 from browser_rl.metrics import grouped
+from browser_rl.model_card import rewrite_model_card
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.progress import on_a_terminal, time_left
 from browser_rl.rollout import EpisodeRunner, Policy
@@ -343,6 +344,8 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
         | checkout
     )
     (output_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+    if output_dir.parent == Path(args.model):  # beside the model: its card says so (browser_rl.model_card)
+        rewrite_model_card(args.model)
     if len(tasks) > 1:
         plot_task_success(summary, output_dir / CHART_FILE)
     return summary

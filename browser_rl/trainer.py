@@ -11,6 +11,7 @@ from trl import GRPOTrainer
 
 from browser_rl import run_config
 from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.model_card import write_model_card
 from browser_rl.sft_phases import SftPhases, reply_loss
 from browser_rl.tasks import TaskSampler
 
@@ -105,6 +106,16 @@ class RecipeTrainer(GRPOTrainer):
         # last_complete_checkpoint takes to mean that the checkpoint is whole. Without this wait, a run killed in
         # between resumes a slower rank with no RNG state, so that its episodes differ from the uninterrupted run's.
         self.accelerator.wait_for_everyone()
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None) -> None:
+        """The recipe's card (browser_rl.model_card) in place of TRL's generic one, written where TRL writes its own:
+        into output_dir with each checkpoint, and before a push."""
+        if self.is_world_process_zero():
+            tasks = self.run_config["tasks"] or [self.run_config["task_name"]]
+            base_model = self.run_config["model_name_or_path"]
+            write_model_card(
+                self.args.output_dir, self.episode_settings, base_model, "GRPO", tasks, self.args.hub_model_id
+            )
 
     def _load_rng_state(self, checkpoint) -> None:
         super()._load_rng_state(checkpoint)

@@ -20,9 +20,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import AutoModelForCausalLM
 
 import train
+from browser_rl.command_options import EvalArguments
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.errors import ConfigError
+from browser_rl.evaluation import evaluate
 from browser_rl.metrics import CURVE_FILE, METRICS_FILE, read_metrics
+from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.trainer import RecipeTrainer
 from env_client import LocalEnvServer
 from helpers import FAST, ROOT, alive, built_trainer, lines_of, parse_config, process_tree, train_command
@@ -279,17 +282,39 @@ def test_a_rerun_with_other_options_is_refused_naming_them_and_resumes_or_restar
     assert json.loads((tmp_path / "checkpoint-1" / "run_config.json").read_text())["learning_rate"] == 2e-4
 
 
-def test_the_folder_a_run_pushes_to_the_hub_holds_its_episode_settings(tiny_model, env_server, tmp_path, monkeypatch):
+def test_the_folder_a_run_pushes_to_the_hub_holds_its_episode_settings_and_the_recipes_model_card(
+    tiny_model, env_server, tmp_path, monkeypatch
+):
     # The Hub cannot be reached here: what a push would upload is the output folder as it is at the push.
     uploaded = []
     monkeypatch.setattr(RecipeTrainer, "init_hf_repo", lambda self, token=None: None)
     monkeypatch.setattr(RecipeTrainer, "_push_from_checkpoint", lambda self, checkpoint: None)
-    monkeypatch.setattr(
-        RecipeTrainer, "push_to_hub", lambda self, **kwargs: uploaded.append(sorted(os.listdir(self.args.output_dir)))
-    )
+
+    def push_to_hub(self, **kwargs):
+        self.create_model_card()  # as transformers' push does first
+        uploaded.append({name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path) if "." in name})
+
+    monkeypatch.setattr(RecipeTrainer, "push_to_hub", push_to_hub)
     run_training(tiny_model, env_server.url, tmp_path, "--push_to_hub", "true", "--hub_model_id", "you/agent")
     (folder,) = uploaded
     assert "episode_settings.json" in folder and "model.safetensors" in folder
+    card = folder["README.md"].decode()
+    assert f"GRPO from `{tiny_model}` on click-test" in card and "# you/agent: a web agent" in card
+    assert f"It plays with {saved_with(str(tmp_path)).describe()}." in card
+    assert "python run_agent.py --model you/agent --task_name click-test" in card
+    assert "Not measured yet: `python evaluate.py --model you/agent --tasks click-test --episodes 50`" in card
+    # Evaluated where it was saved, it says so.
+    evaluate(
+        EvalArguments(model=str(tmp_path), episodes=2),
+        TaskArguments(),
+        EpisodeArguments(),
+        ServerArguments(env_url=[env_server.url]),
+    )
+    summary = json.loads((tmp_path / "eval-click-test" / "summary.json").read_text())
+    low, high = (100 * bound for bound in summary["ci95"])
+    success = f"{100 * summary['success_rate']:.1f}% ({summary['solved']}/2, {low:.1f}-{high:.1f}%)"
+    row = f"| click-test | 2 | greedy | {success} | `eval-click-test` |"
+    assert row in (tmp_path / "README.md").read_text()
 
 
 @pytest.mark.parametrize("terminal", [True, False])

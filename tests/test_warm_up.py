@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from datasets import Dataset
+from huggingface_hub import RepoUrl
 from transformers import AutoModelForCausalLM
 
 from browser_rl import episode_settings
@@ -105,6 +106,19 @@ def test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_t
     before, after = (reply_loss(model, episodes, tokenizer.pad_token_id)[0].item() for model in (base, warm))
     assert before - after > 0.5, (before, after)  # the loss on its demonstrations' replies went down
     assert episode_settings.saved_with(str(tmp_path / "warm")) == settings  # what its demonstrations were played with
+    card = (tmp_path / "warm" / "README.md").read_text()
+    assert f"SFT warm-up on 4 demonstrations from `{tiny_model}` on click-test" in card
+    assert f"It plays with {settings.describe()}." in card
+
+
+def test_the_warm_up_pushes_its_model_folder_with_settings_and_card_to_the_repository_named(tmp_path, monkeypatch):
+    # The Hub cannot be reached here: the repository made and the folder uploaded are what a push would send.
+    calls = []
+    monkeypatch.setattr(warm_up, "create_repo", lambda repo_id, **kwargs: calls.append(repo_id) or RepoUrl(repo_id))
+    monkeypatch.setattr(warm_up, "upload_folder", lambda repo_id, folder_path, **kwargs: calls.append(folder_path))
+    config = warm_up.WarmUpConfig(output_dir=str(tmp_path), hub_model_id="you/warm", report_to="none")
+    assert warm_up.push_folder(str(tmp_path), config) == "you/warm"
+    assert calls == ["you/warm", str(tmp_path)]
 
 
 def test_make_smokes_recording_command_records_the_mix_its_warm_up_reads_with_the_smoke_runs_settings():

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from datasets import Dataset
+from huggingface_hub import create_repo, upload_folder
 from transformers import AutoConfig, AutoTokenizer, EarlyStoppingCallback, IntervalStrategy
 from trl import SFTConfig, SFTTrainer
 
@@ -26,6 +27,7 @@ from browser_rl.command_options import WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ConfigError
 from browser_rl.metrics import grouped
+from browser_rl.model_card import write_model_card
 from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ModelOptions
 from browser_rl.prompts import ChatTurns
@@ -130,6 +132,7 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
     for overridden in settings.overridden:
         log.warning("rendering the demonstrations with %s (override_episode_settings)", overridden)
     # Once the demonstrations are known good: converting a .gguf file takes minutes.
+    base_model = model_args.model_name_or_path  # as given: what the model card names
     model = resolve_model(model_args.model_name_or_path, "model_name_or_path")
     model_args = replace(model_args, model_name_or_path=model)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision)
@@ -147,8 +150,23 @@ def main(args: WarmUpArguments, episodes: EpisodeArguments, config: WarmUpConfig
     )
     held = sft_dataset(validation, chat, max_length) if validation else None
     policy = fine_tune(model_args, config, dataset, settings.settings, held)
+    method = f"SFT warm-up on {len(training)} demonstrations"
+    tasks = sorted({d.task for d in training})
+    write_model_card(policy, settings.settings, base_model, method, tasks, config.hub_model_id)
+    if config.push_to_hub:
+        log.info("pushed to %s", push_folder(policy, config))
     print(f"starting policy: {policy} (train.py: model_name_or_path: {policy})")
     return policy
+
+
+def push_folder(folder: str, config: WarmUpConfig) -> str:
+    """Uploads the warm-up's model folder (model, tokenizer, episode settings, card) to the Hub repository
+    hub_model_id names (else one named after the folder), as the trainer's own push would; returns its id."""
+    repo = create_repo(
+        config.hub_model_id or Path(folder).name, token=config.hub_token, private=config.hub_private_repo, exist_ok=True
+    )
+    upload_folder(repo_id=repo.repo_id, folder_path=folder, token=config.hub_token, ignore_patterns=["checkpoint-*"])
+    return repo.repo_id
 
 
 if __name__ == "__main__":
