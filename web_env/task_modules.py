@@ -4,7 +4,8 @@ A task is BrowserGym's own contract: a subclass of `browsergym.core.task.Abstrac
 `setup(page)` giving the goal, `validate(page, chat_messages)` giving the reward, optional `teardown` and `cheat`),
 registered with `browsergym.core.registration.register_task(id, cls)`. A module that does so at import is a task
 module; `load` imports it, and the tasks it registered are played by their `id`, as MiniWoB's are by name. An episode
-is solved when `validate` gives a reward of 1.0 with done (rewards.solved).
+is solved when `validate` gives a reward of 1.0 with done (rewards.solved). A module's `ALLOWED_ORIGINS` lists the
+origins (`scheme://host[:port]`) of an app that runs elsewhere, the only network its pages reach.
 
 Both sides load the same modules: the trainer to know the tasks' names, the server to run them. A server that a
 command starts (env_client.LocalEnvServer, modal_app's sandboxes) is given the command's own `task_modules`.
@@ -16,6 +17,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import gymnasium as gym
 
@@ -24,6 +26,7 @@ from web_env.models import MINIWOB_TASKS
 REGISTRY_PREFIX = "browsergym/"  # register_task(id, ...) registers the gym id browsergym/<id>
 
 _loaded: dict[str, tuple[str, ...]] = {}  # module as named -> the tasks it registered, in this process
+_origins: dict[str, tuple[str, ...]] = {}  # module as named -> the origins its pages may reach (ALLOWED_ORIGINS)
 
 
 def load(modules: list[str]) -> tuple[str, ...]:
@@ -34,6 +37,19 @@ def load(modules: list[str]) -> tuple[str, ...]:
         if name not in _loaded:
             _loaded[name] = _import_registering(name)
     return tuple(task for name in names for task in _loaded[name])
+
+
+def allowed_origins() -> tuple[str, ...]:
+    """The origins the loaded modules' pages may reach, beside their own (each module's ALLOWED_ORIGINS)."""
+    return tuple(dict.fromkeys(origin for origins in _origins.values() for origin in origins))
+
+
+def as_origin(url: str) -> str:
+    """`url` as an origin, scheme://host[:port]; a ValueError for anything else (a path, a query, another scheme)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"{url!r} is not an origin: http(s)://host[:port], no path")
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def own_tasks() -> tuple[str, ...]:
@@ -50,7 +66,7 @@ def task_maker(task: str):
 def _import_registering(module: str) -> tuple[str, ...]:
     before = dict(gym.envs.registry)
     try:
-        _import(module)
+        imported = _import(module)
     except ModuleNotFoundError as error:
         if error.name != module:  # the module is there, and one it imports is missing
             raise
@@ -65,10 +81,14 @@ def _import_registering(module: str) -> tuple[str, ...]:
         raise ValueError(f"task module {module!r} registered no task (browsergym.core.registration.register_task)")
     if clashes := set(tasks) & set(MINIWOB_TASKS):
         raise ValueError(f"task module {module!r} registered {sorted(clashes)}, which MiniWoB's tasks are named")
+    try:
+        _origins[module] = tuple(as_origin(url) for url in getattr(imported, "ALLOWED_ORIGINS", ()))
+    except ValueError as error:
+        raise ValueError(f"task module {module!r}: ALLOWED_ORIGINS: {error}") from None
     return tasks
 
 
-def _import(module: str) -> None:
+def _import(module: str):
     if module.endswith(".py"):
         path = Path(module).resolve()
         if not path.is_file():
@@ -77,7 +97,7 @@ def _import(module: str) -> None:
         loaded = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = loaded
         spec.loader.exec_module(loaded)
-    else:
-        if os.getcwd() not in sys.path:  # as `python -m` finds modules: from the current directory
-            sys.path.insert(0, os.getcwd())
-        importlib.import_module(module)
+        return loaded
+    if os.getcwd() not in sys.path:  # as `python -m` finds modules: from the current directory
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(module)

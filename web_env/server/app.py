@@ -82,7 +82,8 @@ class RequireToken:
 def build_app(args: argparse.Namespace, token: str | None):
     """The OpenEnv app of the command line's settings: sessions of BrowserTaskEnvironment on a pool of browsers, and
     GET /cpu."""
-    pool = BrowserPool(args.browsers, args.max_sessions, keep_s=args.idle_timeout_s)
+    allowed_origins = tuple(dict.fromkeys([*args.allowed_origins, *task_modules.allowed_origins()]))
+    pool = BrowserPool(args.browsers, args.max_sessions, keep_s=args.idle_timeout_s, allowed_origins=allowed_origins)
     environment = functools.partial(
         BrowserTaskEnvironment,
         pool=pool,
@@ -111,6 +112,7 @@ def build_app(args: argparse.Namespace, token: str | None):
         (a session a client closed is open until the server has ended it, which it does after the client returns)."""
         return {"cpu_s": process_tree_cpu_s(), "episodes": pool.episodes, "sessions": pool.sessions}
 
+    app.state.allowed_origins = allowed_origins
     if token:
         app.add_middleware(RequireToken, token=token)
     return app
@@ -152,6 +154,13 @@ def main() -> None:
         help="Python modules (names importable from the current directory, or .py paths) that register your own "
         "BrowserGym tasks, served beside MiniWoB's (docs/your_own_task.md)",
     )
+    parser.add_argument(
+        "--allowed_origins",
+        nargs="*",
+        default=[],
+        help="origins (http(s)://host[:port]) the pages may reach, such as your app's staging host, beside a task "
+        "module's ALLOWED_ORIGINS; everything else stays out of reach",
+    )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
     parser.add_argument("--parent_pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
     parser.add_argument(
@@ -187,6 +196,7 @@ def main() -> None:
         )
     try:
         own_tasks = task_modules.load(args.task_modules)
+        args.allowed_origins = [task_modules.as_origin(url) for url in args.allowed_origins]
     except ValueError as error:
         parser.error(str(error))
     if not known_task(args.task):
@@ -208,6 +218,8 @@ def main() -> None:
         args.browsers,
         f"idle ones closed after {args.idle_timeout_s:g}s" if args.idle_timeout_s else "idle ones never closed",
     )
+    if origins := app.state.allowed_origins:
+        log.info("pages may reach %s; every other origin stays out of reach", ", ".join(origins))
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 

@@ -13,8 +13,15 @@ from playwright.sync_api import sync_playwright
 
 # Every request of a page goes through this proxy, which is no proxy (the port of the discard service, closed): a page
 # reaches no network, loopback included (<-loopback>). MiniWoB's pages are files; a task module's app is answered
-# inside the browser, before any proxy (web_env.task_app), so it is the only origin a task's page reaches.
+# inside the browser, before any proxy (web_env.task_app), so it is the only origin a task's page reaches, unless
+# origins are allowed (a module's ALLOWED_ORIGINS, the server's --allowed_origins): those alone bypass the proxy.
 NO_NETWORK = {"server": "http://127.0.0.1:9", "bypass": "<-loopback>"}
+
+
+def network_of(allowed_origins: tuple[str, ...]) -> dict:
+    """The browsers' proxy setting: no network but the allowed origins (Chromium's bypass rules take an origin's
+    scheme, host and port as they are)."""
+    return {**NO_NETWORK, "bypass": ",".join([NO_NETWORK["bypass"], *allowed_origins])}
 
 
 class OneDevToolsSession:
@@ -66,11 +73,12 @@ class BrowserWorker:
     instead of 1.10 on the browser's thread (docs/environment.md). What passes from one session to the next is what
     passes between two episodes of one session: the reset clears cookies and storage, and restarts or loads the page
     with its checks. Pages kept and pages in use together stay within `max_pages`, and a kept page closes after
-    `keep_s` (0: kept until taken), as an idle session does.
+    `keep_s` (0: kept until taken), as an idle session does. Its pages reach no network but `allowed_origins`.
     """
 
-    def __init__(self, max_pages: int = 0, keep_s: float = 0):
+    def __init__(self, max_pages: int = 0, keep_s: float = 0, allowed_origins: tuple[str, ...] = ()):
         self.sessions = 0
+        self.allowed_origins = allowed_origins
         self._thread = ThreadPoolExecutor(max_workers=1)
         self._playwright = None
         self._browser = None
@@ -119,7 +127,7 @@ class BrowserWorker:
             # (113 renderer processes for 96 episodes over 8 sessions; with this, one per session).
             self._browser = self._playwright.chromium.launch(
                 headless=True,
-                proxy=NO_NETWORK,
+                proxy=network_of(self.allowed_origins),
                 args=[
                     "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache,SpareRendererForSitePerProcess"
                 ],
@@ -132,11 +140,13 @@ class BrowserPool:
     """A fixed set of browser workers; each new session joins the one with the fewest sessions (the first of
     those). It counts the sessions open and the episodes they begin. With `max_sessions`, a worker keeps closed
     sessions' pages while its pages stay within its share of the sessions, each for at most `keep_s`
-    (BrowserWorker)."""
+    (BrowserWorker). Their pages reach no network but `allowed_origins`.
+    """
 
-    def __init__(self, size: int, max_sessions: int = 0, keep_s: float = 0):
+    def __init__(self, size: int, max_sessions: int = 0, keep_s: float = 0, allowed_origins: tuple[str, ...] = ()):
         max_pages = -(-max_sessions // size)  # the most sessions a worker serves at once
-        self.workers = [BrowserWorker(max_pages, keep_s) for _ in range(size)]
+        self.allowed_origins = allowed_origins
+        self.workers = [BrowserWorker(max_pages, keep_s, allowed_origins) for _ in range(size)]
         self.episodes = 0
         self._lock = threading.Lock()
 

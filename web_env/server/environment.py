@@ -211,6 +211,8 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
             metadata["loaded_because"] = loaded_because
         if adopted:
             metadata["page_of_a_closed_session"] = True
+        if self._pool.allowed_origins:  # what the pages may reach beyond their own
+            metadata["allowed_origins"] = list(self._pool.allowed_origins)
         return self._observation(error="", reward=0.0, done=False, raw_reward=0.0, extra_metadata=metadata)
 
     def _step(self, action_str: str) -> BrowserGymObservation:
