@@ -4,6 +4,7 @@
     python run_agent.py --model agent.gguf --task_name login-user --dry_run      # asks before each action
     python run_agent.py --model http://localhost:8000 --task_name click-tab      # a model `vllm serve` serves
     python run_agent.py --model outputs/workflows --task_modules workflows/clinic/clinic_task.py --task_name book-clinic
+    python run_agent.py --model outputs/workflows --url http://127.0.0.1:5000/ --goal "Book the earliest slot."
 
 The agent (browser_rl.agent) plays with the episode settings it was trained with; --max_steps allows it more or fewer
 actions. The trace and OUTPUT_DIR/viewer.html, which shows every episode played into OUTPUT_DIR, are browser_rl.traces'.
@@ -11,6 +12,7 @@ actions. The trace and OUTPUT_DIR/viewer.html, which shows every episode played 
 
 import contextlib
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,8 +26,11 @@ from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import open_server_pool
 from browser_rl.traces import TRACES_DIR, episode_trace, write_trace, write_viewer
+from web_env import task_modules
 
 OPTIONS = (AgentArguments, TaskArguments, EpisodeArguments, ServerArguments)
+# The task of --url, a task module like any other: loaded by name, in this process and in the server's.
+URL_TASK = "web_env.url_task"
 log = logging.getLogger("run_agent")
 
 
@@ -72,13 +77,24 @@ def play_episode(runner: EpisodeRunner, instance: tuple[str, int], policy: Polic
     return None
 
 
+def on_a_url(args: AgentArguments, tasks: TaskArguments, servers: ServerArguments) -> TaskArguments:
+    """The task of --url and --goal (web_env.url_task), which the server this command starts serves."""
+    if servers.env_url:
+        raise UsageError("--url is played by a server this command starts: leave env_url out")
+    os.environ.update({"BROWSER_RL_URL": args.url, "BROWSER_RL_GOAL": args.goal})  # what the module reads
+    (task,) = task_modules.load([URL_TASK])
+    return replace(tasks, task_name=task, task_modules=[*tasks.task_modules, URL_TASK])
+
+
 def main() -> None:
     args, tasks, episodes, servers = parse_command_line(OPTIONS, from_file=OPTIONS[1:])
     if tasks.tasks:
         raise UsageError("run_agent.py plays one task: name it with --task_name")
+    if args.url:
+        tasks = on_a_url(args, tasks, servers)
     agent = load_agent(args.model, "--model", args.temperature, args.max_new_tokens, args.tokenizer)
     settings = play_settings(agent, episodes, args.max_steps)
-    print(f"{agent.name} plays {tasks.task_name}, seed {args.seed}, at most {steps(settings.max_turns)}")
+    print(f"{agent.name} plays {args.url or tasks.task_name}, seed {args.seed}, at most {steps(settings.max_turns)}")
     with contextlib.ExitStack() as stack:
         pool = open_server_pool(stack, servers, 1, tasks.task_modules)
         runner = EpisodeRunner(pool, agent.tokenizer, settings, max_env_failures=servers.max_env_failures)
@@ -89,7 +105,8 @@ def main() -> None:
     if episode is None:
         print("stopped: the action was not taken")
         return
-    print(f"{'solved' if episode.solved else 'not solved'} after {steps(episode.turns)}")
+    outcome = "ended (a URL has no checker)" if args.url else "solved" if episode.solved else "not solved"
+    print(f"{outcome} after {steps(episode.turns)}")
     trace = episode_trace(episode, settings.max_page_chars, f"{agent.name}, seed {args.seed}")
     write_trace(trace, Path(args.output_dir, TRACES_DIR, tasks.task_name, f"seed-{args.seed}.json"))
     print(f"trace: {write_viewer(Path(args.output_dir), f'{agent.name}: run_agent.py')}")

@@ -4,6 +4,7 @@ warm_start.record plays, what warm_start.warm_up fine-tunes on, and where modal_
 heading in --help; each check runs when a config is parsed."""
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from browser_rl.tasks import SPLIT_PRESETS
 from web_env import task_modules
@@ -87,6 +88,10 @@ class AgentArguments:
         },
     )
     seed: int = field(default=1_000_000, metadata={"help": "the task's instance (held-out seeds start at 1,000,000)"})
+    url: str | None = field(
+        default=None, metadata={"help": "play --goal on this page instead of a task (its origin alone is reachable)"}
+    )
+    goal: str | None = field(default=None, metadata={"help": "with --url: what the agent is asked to do there"})
     max_steps: int | None = field(
         default=None, metadata={"help": "actions at most (default: the max_turns the model was trained with)"}
     )
@@ -96,6 +101,10 @@ class AgentArguments:
     output_dir: str = field(default="agent-runs", metadata={"help": "where the trace and viewer.html are written"})
 
     def __post_init__(self):
+        if (self.url is None) != (self.goal is None):
+            raise ValueError("url and goal go together: the page, and what to do on it")
+        if self.url is not None:
+            task_modules.as_origin("{0.scheme}://{0.netloc}".format(urlsplit(self.url)))  # http(s) and a host
         for name in ("max_steps", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

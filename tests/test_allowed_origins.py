@@ -2,6 +2,7 @@
 --allowed_origins) are the pages' only way out; every other origin, loopback's other ports included, stays closed. The
 app runs in a process of its own on a loopback port, standing in for a staging host."""
 
+import json
 import re
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import urllib.request
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 
+from browser_rl.command_options import AgentArguments
 from env_client import LocalEnvServer
 from helpers import ROOT
 from web_env import task_modules
@@ -105,3 +107,32 @@ def test_the_server_refuses_an_allowed_origin_that_is_no_origin_in_one_line():
         timeout=120,
     )
     assert server.returncode == 2 and f"{url!r} is not an origin" in server.stderr.strip().splitlines()[-1]
+
+
+def test_run_agent_plays_a_goal_of_yours_on_a_page_you_name(notes_app, half_right_model, tmp_path):
+    played = subprocess.run(
+        [sys.executable, "run_agent.py", "--model", half_right_model, "--url", notes_app, "--goal", "Save the note."]
+        + ["--max_steps", "2", "--output_dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert f"{half_right_model} plays {notes_app}, seed 1000000, at most 2 steps" in played.stdout
+    (trace_file,) = (tmp_path / "traces" / "url").glob("*.json")
+    trace = json.loads(trace_file.read_text())
+    assert f"ended (a URL has no checker) after {len(trace['steps'])} step" in played.stdout
+    assert trace["goal"] == "Save the note." and "button 'Save'" in trace["steps"][0]["page"]
+
+
+@pytest.mark.parametrize(
+    "given, error",
+    [
+        (dict(url="http://127.0.0.1:8321/"), "url and goal go together"),
+        (dict(url="file:///etc/passwd", goal="Read it."), "'file://' is not an origin"),
+    ],
+)
+def test_a_url_to_play_is_a_web_page_with_a_goal(given, error):
+    with pytest.raises(ValueError, match=re.escape(error)):
+        AgentArguments(model="m", **given)
