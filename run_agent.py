@@ -43,8 +43,7 @@ def stepping(policy: Policy, agent: Agent, dry_run: bool, ask=input) -> Policy:
 
     def policy_stepping(episodes: list[Episode]) -> list:
         (episode,) = episodes
-        if episode.turns and episode.errors[-1]:
-            print(f"         error: {episode.errors[-1]}")
+        print_last_error(episode)
         (reply,) = policy(episodes)
         text, action = reply_action(agent.tokenizer, reply)
         print(f"step {episode.turns + 1}: {action or f'no action in the reply {text!r}'}", flush=True)
@@ -57,6 +56,11 @@ def stepping(policy: Policy, agent: Agent, dry_run: bool, ask=input) -> Policy:
 
 def steps(count: int) -> str:
     return f"{count} step{'s' * (count != 1)}"
+
+
+def print_last_error(episode: Episode) -> None:
+    if episode.errors and episode.errors[-1]:
+        print(f"         error: {episode.errors[-1].splitlines()[0]}")  # Playwright's call log follows
 
 
 def play_settings(agent: Agent, given: EpisodeArguments, max_steps: int | None) -> episode_settings.EpisodeSettings:
@@ -105,6 +109,7 @@ def main() -> None:
     if episode is None:
         print("stopped: the action was not taken")
         return
+    print_last_error(episode)
     outcome = "ended (a URL has no checker)" if args.url else "solved" if episode.solved else "not solved"
     print(f"{outcome} after {steps(episode.turns)}")
     trace = episode_trace(episode, settings.max_page_chars, f"{agent.name}, seed {args.seed}")
