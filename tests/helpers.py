@@ -3,6 +3,7 @@ import contextlib
 import importlib.metadata
 import logging
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -30,6 +31,17 @@ from web_env.server.browsers import BrowserPool
 from web_env.server.environment import BrowserTaskEnvironment
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_agent(*arguments: str, answers: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "run_agent.py", *arguments],
+        cwd=ROOT,
+        input=answers,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def parse_config(config: str, *overrides: str) -> tuple:

@@ -15,7 +15,7 @@ from openenv.core.generic_client import GenericEnvClient
 
 from browser_rl.command_options import AgentArguments
 from env_client import LocalEnvServer
-from helpers import ROOT
+from helpers import ROOT, run_agent
 from web_env import task_modules
 from web_env.server import browser_setup
 from web_env.server.browsers import BrowserPool
@@ -110,14 +110,8 @@ def test_the_server_refuses_an_allowed_origin_that_is_no_origin_in_one_line():
 
 
 def test_run_agent_plays_a_goal_of_yours_on_a_page_you_name(notes_app, half_right_model, tmp_path):
-    played = subprocess.run(
-        [sys.executable, "run_agent.py", "--model", half_right_model, "--url", notes_app, "--goal", "Save the note."]
-        + ["--max_steps", "2", "--output_dir", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    arguments = ("--model", half_right_model, "--url", notes_app, "--goal", "Save the note.", "--max_steps", "2")
+    played = run_agent(*arguments, "--output_dir", str(tmp_path))
     assert played.returncode == 0, played.stderr[-3000:]
     assert f"{half_right_model} plays {notes_app}, seed 1000000, at most 2 steps" in played.stdout
     (trace_file,) = (tmp_path / "traces" / "url").glob("*.json")

@@ -18,20 +18,9 @@ from browser_rl.command_options import EvalArguments
 from browser_rl.errors import ModelUnavailable
 from browser_rl.evaluation import evaluate
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
-from helpers import ROOT
+from helpers import run_agent
 
 DRY_RUN_PROMPT = "do it? [Y/n] "
-
-
-def run_agent(*arguments: str, answers: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "run_agent.py", *arguments],
-        cwd=ROOT,
-        input=answers,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_the_agent_prints_each_action_it_takes_and_writes_the_episode_s_trace_and_viewer(
