@@ -7,7 +7,6 @@ beside it) and a way to continue token contexts; browser_rl.episode turns its re
 run_agent.py load their policy here.
 """
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,8 +18,6 @@ from browser_rl.errors import ModelUnavailable
 from browser_rl.generation import GenerateFn, Reply, cached_generate, load_policy
 from browser_rl.model_source import resolve_model
 from browser_rl.rollout import Policy, model_policy
-
-log = logging.getLogger("agent")
 
 ENDPOINT_SCHEMES = ("http://", "https://")
 # How long a reply from a served model may take; a server that does not answer at all fails at once.
