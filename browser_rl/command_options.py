@@ -96,6 +96,9 @@ class AgentArguments:
         default=None, metadata={"help": "actions at most (default: the max_turns the model was trained with)"}
     )
     dry_run: bool = field(default=False, metadata={"help": "show each action and ask before doing it"})
+    headed: bool = field(
+        default=False, metadata={"help": "show the browser's window as the agent plays (a display, the full Chromium)"}
+    )
     temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
     max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
     output_dir: str = field(default="agent-runs", metadata={"help": "where the trace and viewer.html are written"})

@@ -5,6 +5,7 @@ episodes the same model plays in process."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from browser_rl.command_options import EvalArguments
 from browser_rl.errors import ModelUnavailable
 from browser_rl.evaluation import evaluate
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
-from helpers import run_agent
+from helpers import ROOT, run_agent
 
 DRY_RUN_PROMPT = "do it? [Y/n] "
 
@@ -61,6 +62,59 @@ def test_an_unreachable_server_is_one_line_and_exit_status_2(unused_port, env_se
         evaluate(
             EvalArguments(model=url, output_dir=str(tmp_path)), TaskArguments(), EpisodeArguments(), ServerArguments()
         )
+
+
+@pytest.fixture
+def display():
+    """A virtual display (Xvfb) on a number it picks itself, for the browser windows of --headed."""
+    screen = subprocess.Popen(["Xvfb", "-displayfd", "1", "-screen", "0", "1280x800x24"], stdout=subprocess.PIPE)
+    try:
+        yield f":{screen.stdout.readline().decode().strip()}"
+    finally:
+        screen.terminate()
+        screen.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not shutil.which("Xvfb"), reason="no Xvfb: `make windowed-browser` installs it and the full Chromium"
+)
+def test_a_headed_agent_plays_in_a_browser_window_on_the_display(half_right_model, display, tmp_path):
+    agent = subprocess.Popen(
+        [sys.executable, "run_agent.py", "--model", half_right_model, "--headed", "--dry_run"]
+        + ["--output_dir", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "DISPLAY": display},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not (line := agent.stdout.readline()).startswith("step 1: click("):
+            assert line, agent.stderr.read()[-3000:]  # it ended first
+        # The page the agent sees, in a window of the display, while the agent waits for the answer.
+        windows = subprocess.run(["xwininfo", "-root", "-tree", "-display", display], capture_output=True, text=True)
+        assert '"Click Test Task - Chromium"' in windows.stdout
+        out, err = agent.communicate("n\n", timeout=120)
+    finally:
+        agent.kill()
+    assert agent.returncode == 0, err[-3000:]
+    assert "stopped: the action was not taken" in out
+
+
+def test_headed_without_a_display_is_one_line_and_exit_status_2_from_the_agent_and_the_server(monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    why = (
+        "--headed: a browser window needs a display, and DISPLAY is unset (without one, run the command under xvfb-run)"
+    )
+    agent = run_agent("--model", "unused", "--headed")
+    assert (agent.returncode, agent.stderr) == (2, f"run_agent.py: {why}\n")
+    server = subprocess.run(
+        [sys.executable, "-m", "web_env.server", "--headed"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert server.returncode == 2 and server.stderr.strip().splitlines()[-1].endswith(f"error: {why}")
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
 from web_env import task_modules
+from web_env.display import missing_display
 from web_env.models import DEFAULT_TASK, TOKEN_VARIABLE, BrowserGymAction, BrowserGymObservation, BrowserGymState
 from web_env.server import browser_setup
 from web_env.server.browsers import BrowserPool
@@ -83,7 +84,9 @@ def build_app(args: argparse.Namespace, token: str | None):
     """The OpenEnv app of the command line's settings: sessions of BrowserTaskEnvironment on a pool of browsers, and
     GET /cpu."""
     allowed_origins = tuple(dict.fromkeys([*args.allowed_origins, *task_modules.allowed_origins()]))
-    pool = BrowserPool(args.browsers, args.max_sessions, keep_s=args.idle_timeout_s, allowed_origins=allowed_origins)
+    pool = BrowserPool(
+        args.browsers, args.max_sessions, args.idle_timeout_s, allowed_origins=allowed_origins, windowed=args.headed
+    )
     environment = functools.partial(
         BrowserTaskEnvironment,
         pool=pool,
@@ -162,6 +165,9 @@ def main() -> None:
         "module's ALLOWED_ORIGINS; everything else stays out of reach",
     )
     parser.add_argument("--screenshots", action="store_true", help="include screenshots in every observation")
+    parser.add_argument(
+        "--headed", action="store_true", help="show the browsers' windows (needs a display and the full Chromium)"
+    )
     parser.add_argument("--parent_pid", type=int, help="stop when this process is gone (set by LocalEnvServer)")
     parser.add_argument(
         "--settle_ms", type=int, default=0, help="wait after each action before observing, for tasks that animate"
@@ -201,9 +207,11 @@ def main() -> None:
         parser.error(str(error))
     if not known_task(args.task):
         parser.error(f"unknown task {args.task!r}: neither MiniWoB's nor one of --task_modules'")
+    if args.headed and (no_window := missing_display()):
+        parser.error(f"--headed: {no_window}")
     if args.parent_pid:
         exit_with_parent(args.parent_pid)
-    browser_setup.prepare()
+    browser_setup.prepare(windowed=args.headed)
     if args.reload_every < 1:
         parser.error(f"--reload_every must be at least 1, got {args.reload_every}")
     app = build_app(args, token)

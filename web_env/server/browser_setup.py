@@ -17,10 +17,11 @@ from playwright.sync_api import sync_playwright
 log = logging.getLogger("browser_setup")
 
 
-def prepare() -> None:
-    """The packaged MiniWoB pages, a Chromium, and Playwright's cheap call path."""
+def prepare(windowed: bool = False) -> None:
+    """The packaged MiniWoB pages, a Chromium (one that draws windows if `windowed`), and Playwright's cheap call
+    path."""
     use_packaged_miniwob_pages()
-    ensure_chromium()
+    ensure_chromium(windowed)
     record_playwright_stacks_cheaply()
 
 
@@ -34,26 +35,30 @@ def use_packaged_miniwob_pages() -> None:
 # (Debian's chromium-headless-shell, what Playwright itself runs headless since 1.49) launches in about half the CPU
 # of the full browser and plays an episode in 6 to 24% less (docs/environment.md, "Chromium's headless shell").
 SYSTEM_CHROMIUMS = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser", "google-chrome")
+# A window needs the full browser: the headless shell draws none.
+WINDOWED_CHROMIUMS = ("chromium", "chromium-browser", "google-chrome")
 
 
-def ensure_chromium() -> None:
+def ensure_chromium(windowed: bool = False) -> None:
     """Point Playwright at the system Chromium when Playwright's own build is not installed.
 
     Playwright looks for its browser at a fixed path under PLAYWRIGHT_BROWSERS_PATH; a link there to the
-    system Chromium serves every launch, including BrowserGym's, which take no executable option.
+    system Chromium serves every launch, including BrowserGym's, which take no executable option. A windowed
+    browser's link lies apart, so that servers showing windows and servers that do not can run side by side.
     """
     with sync_playwright() as pw:
         expected = Path(pw.chromium.executable_path)
     if expected.exists():
         return
-    system_chromium = next(filter(None, map(shutil.which, SYSTEM_CHROMIUMS)), None)
+    system_chromium = next(filter(None, map(shutil.which, WINDOWED_CHROMIUMS if windowed else SYSTEM_CHROMIUMS)), None)
     if system_chromium is None:
         raise SystemExit(
-            f"No Chromium found: Playwright's build is missing ({expected}) and none is on PATH. "
-            "Run `playwright install chromium` or install your system's chromium-headless-shell or chromium package."
+            f"No Chromium found: Playwright's build is missing ({expected}) and none is on PATH. Run `playwright "
+            f"install chromium` or install your system's {'' if windowed else 'chromium-headless-shell or '}chromium "
+            f"package{' (a window needs the full browser)' if windowed else ''}."
         )
     browsers_root = next(p for p in expected.parents if p.name.startswith("chromium-")).parent
-    linked_root = Path.home() / ".cache" / "browser-rl" / "playwright"
+    linked_root = Path.home() / ".cache" / "browser-rl" / ("playwright-windowed" if windowed else "playwright")
     link = linked_root / expected.relative_to(browsers_root)
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)

@@ -74,11 +74,15 @@ class BrowserWorker:
     passes between two episodes of one session: the reset clears cookies and storage, and restarts or loads the page
     with its checks. Pages kept and pages in use together stay within `max_pages`, and a kept page closes after
     `keep_s` (0: kept until taken), as an idle session does. Its pages reach no network but `allowed_origins`.
+    A `windowed` worker's Chromium shows its window, for a person to watch.
     """
 
-    def __init__(self, max_pages: int = 0, keep_s: float = 0, allowed_origins: tuple[str, ...] = ()):
+    def __init__(
+        self, max_pages: int = 0, keep_s: float = 0, allowed_origins: tuple[str, ...] = (), windowed: bool = False
+    ):
         self.sessions = 0
         self.allowed_origins = allowed_origins
+        self.windowed = windowed
         self._thread = ThreadPoolExecutor(max_workers=1)
         self._playwright = None
         self._browser = None
@@ -126,7 +130,7 @@ class BrowserWorker:
             # with sessions in several contexts it was thrown away and relaunched at nearly every reset
             # (113 renderer processes for 96 episodes over 8 sessions; with this, one per session).
             self._browser = self._playwright.chromium.launch(
-                headless=True,
+                headless=not self.windowed,
                 proxy=network_of(self.allowed_origins),
                 args=[
                     "--disable-features=OverlayScrollbars,ExtendedOverlayScrollbars,BackForwardCache,SpareRendererForSitePerProcess"
@@ -140,13 +144,20 @@ class BrowserPool:
     """A fixed set of browser workers; each new session joins the one with the fewest sessions (the first of
     those). It counts the sessions open and the episodes they begin. With `max_sessions`, a worker keeps closed
     sessions' pages while its pages stay within its share of the sessions, each for at most `keep_s`
-    (BrowserWorker). Their pages reach no network but `allowed_origins`.
+    (BrowserWorker). Their pages reach no network but `allowed_origins`; `windowed` ones show their windows.
     """
 
-    def __init__(self, size: int, max_sessions: int = 0, keep_s: float = 0, allowed_origins: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        size: int,
+        max_sessions: int = 0,
+        keep_s: float = 0,
+        allowed_origins: tuple[str, ...] = (),
+        windowed: bool = False,
+    ):
         max_pages = -(-max_sessions // size)  # the most sessions a worker serves at once
         self.allowed_origins = allowed_origins
-        self.workers = [BrowserWorker(max_pages, keep_s, allowed_origins) for _ in range(size)]
+        self.workers = [BrowserWorker(max_pages, keep_s, allowed_origins, windowed) for _ in range(size)]
         self.episodes = 0
         self._lock = threading.Lock()
 
