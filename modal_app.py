@@ -1,13 +1,14 @@
-"""The recipe on Modal's GPUs: train.py's own entry point, in a container with a GPU and two volumes.
+"""The recipe on Modal's GPUs: each command's own entry point, in a container with a GPU and two volumes.
 
-    modal run modal_app.py                                   # config.yaml
-    modal run modal_app.py --config my.yaml --use-peft       # your config; LoRA; `modal_gpu: H100:4`: torchrun over 4
+    modal run modal_app.py --config my.yaml --use_peft      # train.py; `modal_gpu: H100:4`: torchrun over 4 GPUs
+    modal run modal_app.py::record --config configs/warm_up/book_flight.yaml --tasks book-flight --episodes 500
+    modal run modal_app.py::warm_up --config configs/warm_up/book_flight.yaml
+    modal run modal_app.py::evaluate --model <run-name> --tasks book-flight --episodes 100
 
-The YAML is read on your machine and shipped with the call; its `modal_*` keys choose the GPU, timeout, retries,
-secrets and environment servers, which run in CPU sandboxes of their own (OpenEnv's ModalProvider, from the
-environment's Dockerfile) reached over a tunnel with a token made for the run. Each run writes to its own directory of
-the `browser-rl-checkpoints` volume, committed at every checkpoint, and a retry resumes from the latest one
-(docs/guide.md, "On Modal").
+Each takes its command's options, the command line over the config, whose `modal_*` keys choose the GPU, timeout,
+retries, secrets and environment servers (CPU sandboxes of their own, from the environment's Dockerfile). The
+commands run in the `browser-rl-checkpoints` volume, whose paths they name; a training run writes to a directory of
+its own there, and a retry resumes from its latest checkpoint (docs/guide.md, "On Modal").
 """
 
 import contextlib
@@ -20,7 +21,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import modal
@@ -31,17 +33,22 @@ from transformers import TrainerCallback
 import train
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import ModalArguments
-from browser_rl.errors import ConfigError
+from browser_rl.errors import ConfigError, UsageError
+from browser_rl.evaluation import evaluate as evaluate_model
+from browser_rl.evaluation_report import report
 from browser_rl.metrics import setup_logging
 from browser_rl.options import RecipeConfig, ServerArguments, TaskArguments
 from browser_rl.servers import open_server_pool
 from env_client import LocalEnvServer
+from evaluate import OPTIONS as EVALUATE_OPTIONS
+from warm_start import record as record_command
+from warm_start import warm_up as warm_up_command
 from web_env.models import TOKEN_VARIABLE
 
 PROJECT_DIR = Path(__file__).parent
-# What the GPU's container runs: train.py, the top-level modules it imports, the recipe's package, and the experts
-# and plans that guide its guided episodes (warm_start).
-RECIPE = ("train", "env_client", "rewards", "browser_rl", "warm_start")
+# What the GPU's container runs: train.py and evaluate.py, the top-level modules they import, the recipe's package, and
+# warm_start (recording, the warm-up, and the experts and plans that guide training's guided episodes).
+RECIPE = ("train", "evaluate", "env_client", "rewards", "browser_rl", "warm_start")
 # The environment package, whole: the trainer imports its wire types and actions, and builds the environment
 # servers' image from its folder (server/Dockerfile, with the folder as the build context).
 ENVIRONMENT_PACKAGE = PROJECT_DIR / "web_env"
@@ -164,16 +171,24 @@ def train_remote(config_yaml: str, run_name: str, extra_args: list[str], own_tas
     new_server, callbacks, commit = LocalEnvServer, [], lambda: None
     if not modal.is_local():
         callbacks, commit = [CommitCheckpoints()], checkpoints.commit
-        if not servers.env_url:  # the run's environment servers: sandboxes of its own, with a token made for it
-            servers = replace(servers, env_servers=settings.modal_env_servers, env_token=secrets.token_hex(16))
-            groups[ServerArguments] = servers
-            new_server = functools.partial(EnvServerSandbox, settings, token=servers.env_token)
-    if settings.gpus() == 1:
-        train.main(*groups.values(), callbacks, new_server)
-    else:
-        train_on_ranks(settings.gpus(), args, tasks.task_modules, servers, training_args, new_server, commit)
+        servers, new_server = sandboxed(servers, settings)
+        groups[ServerArguments] = servers
+    with contextlib.chdir(CHECKPOINTS_DIR):  # the paths the config names are the volume's
+        if settings.gpus() == 1:
+            train.main(*groups.values(), callbacks, new_server)
+        else:
+            train_on_ranks(settings.gpus(), args, tasks.task_modules, servers, training_args, new_server, commit)
     commit()
     return run_name
+
+
+def sandboxed(servers: ServerArguments, settings: ModalArguments) -> tuple[ServerArguments, Callable]:
+    """The servers of a command in Modal's container, and what makes each: unless env_url names some, sandboxes of
+    its own (modal_env_servers), with a token made for it."""
+    if servers.env_url:
+        return servers, LocalEnvServer  # never called: the command plays on env_url's servers
+    servers = replace(servers, env_servers=settings.modal_env_servers, env_token=secrets.token_hex(16))
+    return servers, functools.partial(EnvServerSandbox, settings, token=servers.env_token)
 
 
 def train_on_ranks(ranks: int, args: list[str], task_modules, servers, training_args, new_server, commit) -> None:
@@ -233,13 +248,90 @@ def run_name_for(config: dict) -> str:
     return f"{name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
 
 
+@dataclass(frozen=True)
+class Command:
+    """A command modal_app.py runs in Modal's container besides training: its option groups (those a config file
+    sets), its body, which takes them and what makes its environment servers, and where it writes."""
+
+    options: tuple
+    from_file: tuple
+    body: Callable
+    output: Callable
+
+
+def warm_up_body(*groups, new_server) -> None:
+    warm_up_command.main(*groups)  # plays no episode: no servers
+
+
+def evaluate_body(*groups, new_server) -> None:
+    print(report(evaluate_model(*groups, new_server)))
+
+
+COMMANDS = {
+    "record": Command(
+        record_command.OPTIONS,
+        record_command.OPTIONS,
+        record_command.record_demonstrations,
+        lambda g: g[0].demonstrations,
+    ),
+    "warm_up": Command(warm_up_command.OPTIONS, warm_up_command.OPTIONS, warm_up_body, lambda g: g[2].output_dir),
+    "evaluate": Command(EVALUATE_OPTIONS, EVALUATE_OPTIONS[1:], evaluate_body, lambda g: g[0].output_dir),
+}
+
+
+@app.function(
+    gpu=DEFAULT_OPTIONS["gpu"],
+    timeout=DEFAULT_OPTIONS["timeout"],
+    retries=DEFAULT_OPTIONS["retries"],
+    volumes={HF_CACHE_DIR: hf_cache, str(CHECKPOINTS_DIR): checkpoints},
+)
+def command_remote(name: str, config_yaml: str | None, args: list[str], own_tasks: dict | None = None) -> None:
+    """Runs warm_start.record, warm_start.warm_up or evaluate.py (COMMANDS[name]) as on your machine, in the volume,
+    so that the paths it names are the volume's; the episodes it plays run on sandboxes of its own, as training's do.
+    Run locally (.local()), it starts its environment servers as local processes."""
+    setup_logging()
+    command = COMMANDS[name]
+    with tempfile.TemporaryDirectory() as shipped:
+        if config_yaml is not None:
+            (Path(shipped) / "config.yaml").write_text(config_yaml)
+            args = ["--config", str(Path(shipped) / "config.yaml"), *args]
+        if own_tasks:
+            args = [*args, "--task_modules", *written_task_modules(own_tasks, Path(shipped))]
+        *groups, settings = parse_command_line(
+            (*command.options, ModalArguments), args, from_file=(*command.from_file, ModalArguments)
+        )
+        new_server = LocalEnvServer
+        if not modal.is_local():
+            at = next((i for i, group in enumerate(groups) if isinstance(group, ServerArguments)), None)
+            if at is not None:
+                groups[at], new_server = sandboxed(groups[at], settings)
+        with contextlib.chdir(CHECKPOINTS_DIR):
+            command.body(*groups, new_server=new_server)
+    if not modal.is_local():
+        checkpoints.commit()
+
+
+def own_options(arglist: tuple[str, ...], default_config: str | None) -> tuple[str | None, str, list[str]]:
+    """modal_app.py's own options, --config FILE and --run_name NAME, and the command's (the rest, as it takes them)."""
+    args, taken = list(arglist), {"--config": default_config, "--run_name": ""}
+    for name in taken:
+        if name in args:
+            at = args.index(name)
+            if at + 1 == len(args):
+                raise UsageError(f"{name} takes a value")
+            taken[name] = args[at + 1]
+            del args[at : at + 2]
+    return taken["--config"], taken["--run_name"], args
+
+
 @app.local_entrypoint()
-def main(config: str = "config.yaml", use_peft: bool = False, run_name: str = ""):
-    run_command("modal_app.py", lambda: launch(config, use_peft, run_name))
+def main(*arglist: str):
+    """train.py on Modal: modal run modal_app.py [--config FILE] [--run_name NAME] [train.py's options]."""
+    run_command("modal_app.py", lambda: launch(arglist))
 
 
-def launch(config: str, use_peft: bool, run_name: str) -> None:
-    extra_args = ["--use_peft"] if use_peft else []
+def launch(arglist: tuple[str, ...]) -> None:
+    config, run_name, extra_args = own_options(arglist, "config.yaml")
     # Parsed here first, so that a mistake in the file fails on this machine, not on a rented GPU.
     tasks, *_, settings = parse_command_line((*train.OPTIONS, ModalArguments), ["--config", config, *extra_args])
     config_yaml = Path(config).read_text()
@@ -249,3 +341,42 @@ def launch(config: str, use_peft: bool, run_name: str) -> None:
     train_remote.with_options(**function_options(settings)).remote(config_yaml, run_name, extra_args, own_tasks)
     print(f"done. Checkpoints and the final model are in the volume {CHECKPOINT_VOLUME}, directory {run_name}:")
     print(f"    modal volume get {CHECKPOINT_VOLUME} {run_name} ./{run_name}")
+
+
+@app.local_entrypoint()
+def record(*arglist: str):
+    """warm_start.record on Modal: modal run modal_app.py::record [--config FILE] [its options]."""
+    run_command("modal_app.py::record", lambda: launch_command("record", arglist))
+
+
+@app.local_entrypoint()
+def warm_up(*arglist: str):
+    """warm_start.warm_up on Modal: modal run modal_app.py::warm_up [--config FILE] [its options]."""
+    run_command("modal_app.py::warm_up", lambda: launch_command("warm_up", arglist))
+
+
+@app.local_entrypoint()
+def evaluate(*arglist: str):
+    """evaluate.py on Modal: modal run modal_app.py::evaluate [--config FILE] [its options]."""
+    run_command("modal_app.py::evaluate", lambda: launch_command("evaluate", arglist))
+
+
+def launch_command(name: str, arglist: tuple[str, ...]) -> None:
+    config, _, args = own_options(arglist, None)
+    command = COMMANDS[name]
+    # Parsed here first, as training's, so that a mistake fails on this machine.
+    *groups, settings = parse_command_line(
+        (*command.options, ModalArguments),
+        ["--config", config, *args] if config else args,
+        from_file=(*command.from_file, ModalArguments),
+    )
+    if settings.gpus() > 1:
+        raise ConfigError(f"modal_gpu: {name} runs on one GPU; several ({settings.modal_gpu}) are for training")
+    tasks = next((group for group in groups if isinstance(group, TaskArguments)), None)
+    own_tasks = shipped_task_modules(tasks.task_modules) if tasks else None
+    print(f"{name}: {config or 'the command line'} on a Modal {settings.modal_gpu}, in the volume {CHECKPOINT_VOLUME}")
+    config_yaml = Path(config).read_text() if config else None
+    command_remote.with_options(**function_options(settings)).remote(name, config_yaml, args, own_tasks)
+    output = command.output(groups)
+    print(f"done. {f'{output} is' if output else 'Its output is'} in the volume {CHECKPOINT_VOLUME}:")
+    print(f"    modal volume get {CHECKPOINT_VOLUME} {output or 'PATH'} ./{output or 'PATH'}")

@@ -16,6 +16,7 @@ import logging
 import subprocess
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -47,7 +48,7 @@ from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import open_server_pool
 from browser_rl.tasks import TaskInstance, browsergym_benchmark
 from browser_rl.traces import TRACES_DIR, episode_trace, traced_in_evaluation, write_trace, write_viewer
-from env_client import cpu_s_per_episode
+from env_client import LocalEnvServer, cpu_s_per_episode
 from rewards import browsergym_solved
 from web_env.models import miniwob_name
 
@@ -296,8 +297,15 @@ def protocol_differences(settings: EpisodeSettings) -> list[str]:
     ]
 
 
-def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArguments, servers: ServerArguments) -> dict:
-    """Runs the episodes (on servers.env_url, else on local servers of its own) and returns the summary."""
+def evaluate(
+    args: EvalArguments,
+    tasks: TaskArguments,
+    episodes: EpisodeArguments,
+    servers: ServerArguments,
+    new_server: Callable = LocalEnvServer,
+) -> dict:
+    """Runs the episodes (on servers.env_url, else on servers of its own that `new_server` makes: local processes, or
+    modal_app.py's sandboxes) and returns the summary."""
     if args.benchmark and tasks.tasks:
         raise ConfigError("--benchmark plays the benchmark's own tasks: leave --tasks out (--split keeps one split)")
     torch.manual_seed(args.seed)
@@ -317,7 +325,7 @@ def evaluate(args: EvalArguments, tasks: TaskArguments, episodes: EpisodeArgumen
     checkout = provenance()  # the code this run plays with: the checkout may move on during an hour's run
     start, played_before = time.perf_counter(), len(records)
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, args.batch_size, tasks.task_modules)
+        pool = open_server_pool(stack, servers, args.batch_size, tasks.task_modules, new_server)
         runner = EpisodeRunner(pool, agent.tokenizer, play.settings, episodes.lockstep, servers.max_env_failures)
         stack.callback(runner.close)
         cpu_before = pool.cpu_readings()

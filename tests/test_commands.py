@@ -7,9 +7,11 @@ import shlex
 import subprocess
 import sys
 
+import modal
 import pytest
 import yaml
 
+import modal_app
 from helpers import ROOT
 
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -78,6 +80,9 @@ def test_what_a_shown_command_names_exists(document, command):
     if command.startswith("make "):
         targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
         assert words(command)[1] in targets, f"{document}: {command}"
+    if command.startswith("modal run modal_app.py"):
+        _, _, entrypoint = words(command)[2].partition("::")
+        assert isinstance(getattr(modal_app, entrypoint or "main", None), modal.app.LocalEntrypoint), command
 
 
 def made_by_the_recipe() -> set[str]:

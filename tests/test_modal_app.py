@@ -4,6 +4,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_a_mistake_in_the_modal_keys_fails_on_this_machine_before_a_gpu_is_rente
     config = tmp_path / "cloud.yaml"
     config.write_text((ROOT / "config.yaml").read_text() + "modal_gpuu: H100\n")
     with pytest.raises(SystemExit) as exit:
-        modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="")
+        modal_app.main.info.raw_f("--config", str(config))
     assert exit.value.code == 2
     assert "unknown key 'modal_gpuu' (did you mean 'modal_gpu'?)" in capsys.readouterr().err
 
@@ -92,14 +93,33 @@ def smoke_args(tiny_model, max_steps):
     ]
 
 
-def test_the_function_body_runs_locally_and_writes_a_checkpoint(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+def test_the_whole_path_runs_in_the_volume_recording_warm_up_training_and_evaluation(tiny_model, tmp_path, monkeypatch):
+    """Each function's body, run locally (.local()) as Modal's container runs it: the paths its config and options
+    name are the volume's, where a model put there from this machine (`modal volume put`) is found."""
+    volume, here = tmp_path / "volume", tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # where `modal run` runs: none of the paths below is found here
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", volume)
+    shutil.copytree(tiny_model, volume / ".cache/tiny-lfm2")  # configs/warm_up/smoke.yaml's model, put in the volume
+    warm_up_yaml = (ROOT / "configs/warm_up/smoke.yaml").read_text()
+    record = ["--tasks", "click-test", "--episodes", "2", "--replies", "one_right_of_eight"]
+    modal_app.command_remote.local("record", warm_up_yaml, record)
+    assert len((volume / ".cache/smoke-start.jsonl").read_text().splitlines()) == 2 * 8  # 2 seeds, 8 replies each
+    modal_app.command_remote.local("warm_up", warm_up_yaml, ["--max_steps", "2"])
+    assert (volume / ".cache/smoke-start/model.safetensors").exists()  # the config's output_dir, in the volume
+
     config_yaml = (ROOT / "configs/smoke.yaml").read_text()
-    assert modal_app.train_remote.local(config_yaml, "run-a", smoke_args(tiny_model, 1)) == "run-a"
-    run_dir = tmp_path / "run-a"
+    train_args = ["--max_steps", "1", "--save_steps", "1", "--num_generations", "2"]
+    train_args += ["--per_device_train_batch_size", "4"]
+    assert modal_app.train_remote.local(config_yaml, "run-a", train_args) == "run-a"  # from .cache/smoke-start
+    run_dir = volume / "run-a"
     assert (run_dir / "config.yaml").read_text() == config_yaml  # the shipped file is what ran
     assert (run_dir / "checkpoint-1" / "trainer_state.json").exists()
     assert (run_dir / "model.safetensors").exists()
+
+    modal_app.command_remote.local("evaluate", None, ["--model", "run-a", "--episodes", "2", "--max_turns", "1"])
+    summary = json.loads((run_dir / "eval-click-test" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and Path.cwd() == here  # the volume was this process's directory only meanwhile
 
 
 def run_body_in_a_process(model, checkpoints_dir):
@@ -174,14 +194,51 @@ def test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_res
     calls = cloud.calls
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(modal_app, "train_remote", cloud)
-    modal_app.main.info.raw_f(config="config.yaml", use_peft=True, run_name="")
+    modal_app.main.info.raw_f("--config", "config.yaml", "--use_peft", "--learning_rate", "1e-6")
 
     config_yaml, run_name, extra_args = calls["remote"]
     assert config_yaml == (ROOT / "config.yaml").read_text()
     assert re.fullmatch(r"lfm2-350m-click-test-\d{8}-\d{6}", run_name)
-    assert extra_args == ["--use_peft"] and calls["own_tasks"] is None  # config.yaml names no task module
+    assert extra_args == ["--use_peft", "--learning_rate", "1e-6"]  # any key, as train.py takes it
+    assert calls["own_tasks"] is None  # config.yaml names no task module
     assert calls["options"]["gpu"] == "L4" and calls["options"]["retries"].max_retries == 3
     assert f"modal volume get browser-rl-checkpoints {run_name} ./{run_name}" in capsys.readouterr().out
+
+
+class RecordingCommand(RecordingFunction):
+    def remote(self, name, config_yaml, args, own_tasks):
+        self.calls.update(remote=(name, config_yaml, args), own_tasks=own_tasks)
+
+
+@pytest.mark.parametrize(
+    "entrypoint, arguments, output",
+    [
+        ("record", ["--tasks", "click-test", "--episodes", "4"], ".cache/smoke-start.jsonl"),
+        ("warm_up", ["--num_train_epochs", "2"], ".cache/smoke-start"),
+        ("evaluate", ["--model", "run-a", "--output_dir", "run-a/eval"], "run-a/eval"),
+    ],
+)
+def test_each_command_ships_its_config_and_options_and_says_where_its_output_is(
+    entrypoint, arguments, output, monkeypatch, capsys
+):
+    cloud = RecordingCommand()
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(modal_app, "command_remote", cloud)
+    config = [] if entrypoint == "evaluate" else ["--config", "configs/warm_up/smoke.yaml"]
+    getattr(modal_app, entrypoint).info.raw_f(*config, *arguments)
+    name, config_yaml, args = cloud.calls["remote"]
+    assert (name, args) == (entrypoint, arguments)
+    assert config_yaml == (None if entrypoint == "evaluate" else (ROOT / "configs/warm_up/smoke.yaml").read_text())
+    assert cloud.calls["options"]["gpu"] == "L4"
+    assert f"modal volume get browser-rl-checkpoints {output} ./{output}" in capsys.readouterr().out
+
+
+def test_a_command_other_than_training_on_several_gpus_fails_on_this_machine(monkeypatch, capsys):
+    monkeypatch.setattr(modal_app, "command_remote", RecordingCommand())
+    with pytest.raises(SystemExit) as exit_status:
+        modal_app.evaluate.info.raw_f("--model", "run-a", "--modal_gpu", "H100:2")
+    assert exit_status.value.code == 2
+    assert "modal_gpu: evaluate runs on one GPU; several (H100:2) are for training" in capsys.readouterr().err
 
 
 class FakeModalSDK:
@@ -296,6 +353,32 @@ def test_the_gpu_function_trains_on_the_sandboxes_it_started(monkeypatch, tmp_pa
     assert sorted(sdk.terminated) == list(range(modal_app.ModalArguments().modal_env_servers))
 
 
+def test_an_evaluation_in_modals_container_plays_on_sandboxes_it_started(monkeypatch, tmp_path, health_checks):
+    sdk, evaluated = FakeModalSDK(), {}
+    monkeypatch.setattr(modal_app, "CHECKPOINTS_DIR", tmp_path)
+    monkeypatch.setattr(modal_app.modal, "is_local", lambda: False)  # as in Modal's container
+    commits = []
+    monkeypatch.setattr(modal_app, "checkpoints", types.SimpleNamespace(commit=lambda: commits.append(1)))
+    stand_in_for_modals_sdk(monkeypatch, sdk)
+
+    def evaluate(args, tasks, episodes, servers, new_server):
+        with ExitStack() as stack:  # the servers evaluate() would open
+            pool = open_server_pool(stack, servers, args.batch_size, tasks.task_modules, new_server)
+            evaluated.update(token=servers.env_token, urls=pool.urls, where=Path.cwd())
+        return {}
+
+    monkeypatch.setattr(modal_app, "evaluate_model", evaluate)
+    monkeypatch.setattr(modal_app, "report", str)
+    modal_app.command_remote.local("evaluate", None, ["--model", "run-a"])
+    servers = modal_app.ModalArguments().modal_env_servers
+    assert sorted(evaluated["urls"]) == [f"https://sandbox-{i}.modal.run" for i in range(servers)]
+    assert len(evaluated["token"]) == 32 and all(
+        s["env"] == {TOKEN_VARIABLE: evaluated["token"]} for s in sdk.sandboxes
+    )
+    assert evaluated["where"] == tmp_path and commits == [1]  # in the volume, committed after
+    assert sorted(sdk.terminated) == list(range(servers))
+
+
 def test_a_gpu_count_that_is_not_a_positive_number_fails_before_a_gpu_is_rented(tmp_path):
     assert modal_app.ModalArguments(modal_gpu="H100:8").gpus() == 8
     assert modal_app.ModalArguments(modal_gpu="L4").gpus() == 1
@@ -389,7 +472,7 @@ def test_your_task_modules_ship_with_the_call_and_each_sandbox_serves_them_from_
     cloud = RecordingFunction()
     train_remote = modal_app.train_remote
     monkeypatch.setattr(modal_app, "train_remote", cloud)
-    modal_app.main.info.raw_f(config=str(config), use_peft=False, run_name="run-o")
+    modal_app.main.info.raw_f("--config", str(config), "--run_name", "run-o")
     config_yaml, own_tasks = cloud.calls["remote"][0], cloud.calls["own_tasks"]
     assert own_tasks["modules"] == list(shipped)
     folders = {module.split("/")[0] for module in shipped}

@@ -12,6 +12,7 @@ The file's path is `demonstrations`, the tokenizer the episodes are rendered wit
 
 import contextlib
 import logging
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
 
@@ -28,6 +29,7 @@ from browser_rl.options import EpisodeArguments, ModelOptions, ServerArguments, 
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
+from env_client import LocalEnvServer
 from warm_start.demonstrations import Demonstration, of_episode, save
 from warm_start.experts import Expert, expert_policy, known_experts
 from warm_start.plans import PLANS, REPLY_MIXES, ReplyMix, choosing, plan
@@ -91,7 +93,19 @@ def sampled_by(model_path: str, args: RecordArguments) -> tuple[Policy, episode_
 
 
 def main(argv: list[str] | None = None) -> None:
-    args, tasks, episodes, servers, model_args = parse_command_line(OPTIONS, argv)
+    record_demonstrations(*parse_command_line(OPTIONS, argv))
+
+
+def record_demonstrations(
+    args: RecordArguments,
+    tasks: TaskArguments,
+    episodes: EpisodeArguments,
+    servers: ServerArguments,
+    model_args: ModelOptions,
+    new_server: Callable = LocalEnvServer,
+) -> None:
+    """Plays and writes the demonstrations, on servers made by `new_server` (open_server_pool's; modal_app.py's are
+    Modal sandboxes)."""
     scripted = PLANS if args.replies else known_experts(tasks.task_modules)
     if args.replies is not None and args.replies not in REPLY_MIXES:
         raise ConfigError(f"replies: {args.replies!r} is not one of {', '.join(sorted(REPLY_MIXES))}")
@@ -107,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     seeds = range(args.first_seed, args.first_seed + args.episodes)
     log.info("recording with %s", settings.describe())
     with contextlib.ExitStack() as stack:
-        pool = open_server_pool(stack, servers, BATCH, tasks.task_modules)
+        pool = open_server_pool(stack, servers, BATCH, tasks.task_modules, new_server)
         if args.replies:
             mix = REPLY_MIXES[args.replies]
             demonstrations = [
