@@ -4,7 +4,6 @@ warm_start.record plays, what warm_start.warm_up fine-tunes on, and where modal_
 heading in --help; each check runs when a config is parsed."""
 
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from browser_rl.tasks import SPLIT_PRESETS
 from web_env import task_modules
@@ -107,7 +106,7 @@ class AgentArguments:
         if (self.url is None) != (self.goal is None):
             raise ValueError("url and goal go together: the page, and what to do on it")
         if self.url is not None:
-            task_modules.as_origin("{0.scheme}://{0.netloc}".format(urlsplit(self.url)))  # http(s) and a host
+            task_modules.as_origin(task_modules.origin_of(self.url))  # http(s) and a host
         for name in ("max_steps", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

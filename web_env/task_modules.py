@@ -49,7 +49,12 @@ def as_origin(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
         raise ValueError(f"{url!r} is not an origin: http(s)://host[:port], no path")
-    return f"{parts.scheme}://{parts.netloc}"
+    return origin_of(url)
+
+
+def origin_of(url: str) -> str:
+    """The origin of a page's URL: scheme://host[:port], its path and query left out."""
+    return "{0.scheme}://{0.netloc}".format(urlsplit(url))
 
 
 def own_tasks() -> tuple[str, ...]:

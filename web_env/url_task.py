@@ -7,14 +7,15 @@ checker, so an episode on it ends at its step limit, never solved: to train on y
 """
 
 import os
-from urllib.parse import urlsplit
 
 from browsergym.core.registration import register_task
 from browsergym.core.task import AbstractBrowserTask
 
+from web_env.task_modules import origin_of
+
 TASK_ID = "url"
 URL = os.environ.get("BROWSER_RL_URL", "http://127.0.0.1:8000/")
-ALLOWED_ORIGINS = ["{0.scheme}://{0.netloc}".format(urlsplit(URL))]
+ALLOWED_ORIGINS = [origin_of(URL)]
 
 
 class GoalOnAPage(AbstractBrowserTask):

@@ -9,7 +9,6 @@ page page_reading.py's, the actions page_actions.py's, and hosting it (the app, 
 """
 
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import uuid4
 
 from browsergym.core.observation import extract_screenshot
@@ -268,7 +267,7 @@ class BrowserTaskEnvironment(Environment[BrowserGymAction, BrowserGymObservation
         after a crash, else the same page emptied of what the last episode left (cookies, storage; for a task module's
         app, everything its origin stored)."""
         if self._page is not None and not self._page.is_closed() and self._page.url.startswith("http"):
-            origin = "{0.scheme}://{0.netloc}".format(urlsplit(self._page.url))
+            origin = task_modules.origin_of(self._page.url)
             self._page.goto("about:blank")  # the app's scripts stop before its data goes
             self._read.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
             self._context.unroute_all(behavior="ignoreErrors")  # and its backend: the next task serves its own
