@@ -20,6 +20,7 @@ from browser_rl.errors import ModelUnavailable
 from browser_rl.evaluation import evaluate
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from helpers import ROOT, run_agent
+from web_env.server import browser_setup
 
 DRY_RUN_PROMPT = "do it? [Y/n] "
 
@@ -84,7 +85,8 @@ def test_a_headed_agent_plays_in_a_browser_window_on_the_display(half_right_mode
         [sys.executable, "run_agent.py", "--model", half_right_model, "--headed", "--dry_run"]
         + ["--output_dir", str(tmp_path)],
         cwd=ROOT,
-        env={**os.environ, "DISPLAY": display},
+        # As a process that prepared headless browsers first hands it down (the suite's workers do): their link.
+        env={**os.environ, "DISPLAY": display, "PLAYWRIGHT_BROWSERS_PATH": str(browser_setup.LINKS_DIR / "playwright")},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
