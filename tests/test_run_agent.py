@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -81,12 +82,13 @@ def display():
     not shutil.which("Xvfb"), reason="no Xvfb: `make windowed-browser` installs it and the full Chromium"
 )
 def test_a_headed_agent_plays_in_a_browser_window_on_the_display(half_right_model, display, tmp_path):
+    headless_link = Path.home() / browser_setup.LINKS / "playwright"
     agent = subprocess.Popen(
         [sys.executable, "run_agent.py", "--model", half_right_model, "--headed", "--dry_run"]
         + ["--output_dir", str(tmp_path)],
         cwd=ROOT,
         # As a process that prepared headless browsers first hands it down (the suite's workers do): their link.
-        env={**os.environ, "DISPLAY": display, "PLAYWRIGHT_BROWSERS_PATH": str(browser_setup.LINKS_DIR / "playwright")},
+        env={**os.environ, "DISPLAY": display, "PLAYWRIGHT_BROWSERS_PATH": str(headless_link)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -37,7 +37,7 @@ def use_packaged_miniwob_pages() -> None:
 SYSTEM_CHROMIUMS = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser", "google-chrome")
 # A window needs the full browser: the headless shell draws none.
 WINDOWED_CHROMIUMS = ("chromium", "chromium-browser", "google-chrome")
-LINKS_DIR = Path.home() / ".cache" / "browser-rl"  # where the system Chromium is linked for Playwright
+LINKS = Path(".cache", "browser-rl")  # where in the home folder the system Chromium is linked for Playwright
 
 
 def ensure_chromium(windowed: bool = False) -> None:
@@ -49,7 +49,7 @@ def ensure_chromium(windowed: bool = False) -> None:
     """
     # A link of ours that this process inherited (its parent prepared browsers of the other kind) is no build of
     # Playwright's own: the headless one would be launched for a window, and draw none.
-    if Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH", "")).parent == LINKS_DIR:
+    if Path(os.environ.get("PLAYWRIGHT_BROWSERS_PATH", "")).parent == Path.home() / LINKS:
         del os.environ["PLAYWRIGHT_BROWSERS_PATH"]
     with sync_playwright() as pw:
         expected = Path(pw.chromium.executable_path)
@@ -63,7 +63,7 @@ def ensure_chromium(windowed: bool = False) -> None:
             f"package{' (a window needs the full browser)' if windowed else ''}."
         )
     browsers_root = next(p for p in expected.parents if p.name.startswith("chromium-")).parent
-    linked_root = LINKS_DIR / ("playwright-windowed" if windowed else "playwright")
+    linked_root = Path.home() / LINKS / ("playwright-windowed" if windowed else "playwright")
     link = linked_root / expected.relative_to(browsers_root)
     link.parent.mkdir(parents=True, exist_ok=True)
     link.unlink(missing_ok=True)
