@@ -258,6 +258,13 @@ class Command:
     body: Callable
     output: Callable
 
+    def parse(self, args: list[str]) -> tuple[list, ModalArguments]:
+        """The command's option groups and the Modal settings, from `args` as the command line holds them."""
+        *groups, settings = parse_command_line(
+            (*self.options, ModalArguments), args, from_file=(*self.from_file, ModalArguments)
+        )
+        return groups, settings
+
 
 def warm_up_body(*groups, new_server) -> None:
     warm_up_command.main(*groups)  # plays no episode: no servers
@@ -297,9 +304,7 @@ def command_remote(name: str, config_yaml: str | None, args: list[str], own_task
             args = ["--config", str(Path(shipped) / "config.yaml"), *args]
         if own_tasks:
             args = [*args, "--task_modules", *written_task_modules(own_tasks, Path(shipped))]
-        *groups, settings = parse_command_line(
-            (*command.options, ModalArguments), args, from_file=(*command.from_file, ModalArguments)
-        )
+        groups, settings = command.parse(args)
         new_server = LocalEnvServer
         if not modal.is_local():
             at = next((i for i, group in enumerate(groups) if isinstance(group, ServerArguments)), None)
@@ -365,11 +370,7 @@ def launch_command(name: str, arglist: tuple[str, ...]) -> None:
     config, _, args = own_options(arglist, None)
     command = COMMANDS[name]
     # Parsed here first, as training's, so that a mistake fails on this machine.
-    *groups, settings = parse_command_line(
-        (*command.options, ModalArguments),
-        ["--config", config, *args] if config else args,
-        from_file=(*command.from_file, ModalArguments),
-    )
+    groups, settings = command.parse(["--config", config, *args] if config else args)
     if settings.gpus() > 1:
         raise ConfigError(f"modal_gpu: {name} runs on one GPU; several ({settings.modal_gpu}) are for training")
     tasks = next((group for group in groups if isinstance(group, TaskArguments)), None)
