@@ -162,10 +162,11 @@ def test_a_task_its_guide_finishes_in_one_action_is_not_guided_again():
     assert stand_in.guided == [{}]
 
 
-@pytest.mark.parametrize("wanted", [0, 2])
-def test_a_real_grpo_step_trains_on_the_groups_that_disagree(half_right_model, tmp_path, wanted):
+@pytest.mark.parametrize("wanted, beta", [(0, 0.0), (2, 0.04)])
+def test_a_real_grpo_step_trains_on_the_groups_that_disagree(half_right_model, tmp_path, wanted, beta):
     """The half-right model: two groups of four one-action episodes a step; TRL's own count of the update's groups
-    without an advantage (frac_reward_zero_std) must be what dynamic sampling says it kept."""
+    without an advantage (frac_reward_zero_std) must be what dynamic sampling says it kept. With the README's KL
+    penalty, TRL's reference model scores the same episodes."""
     one_action = ("--max_turns", "1", "--num_generations", "4", "--per_device_train_batch_size", "8")
     log = train_here(
         half_right_model,
@@ -177,6 +178,8 @@ def test_a_real_grpo_step_trains_on_the_groups_that_disagree(half_right_model, t
         "2",
         "--informative_groups",
         str(wanted),
+        "--beta",
+        str(beta),
     )
     steps = [m for m in read_metrics(tmp_path / "metrics.jsonl") if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]
@@ -188,6 +191,7 @@ def test_a_real_grpo_step_trains_on_the_groups_that_disagree(half_right_model, t
             assert m["groups/informative"] == 2 or m["groups/played"] == 8
         else:
             assert m["groups/played"] == 2
+        assert ("kl" in m) == (beta > 0) and m.get("kl", 0) >= 0
         assert f"groups {m['groups/informative']:.0f}/2 disagree, {m['groups/played']:.0f} played" in log
     state = json.loads((tmp_path / "checkpoint-2" / "task_sampler.json").read_text())
     assert "agreed" in state
