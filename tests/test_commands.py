@@ -1,5 +1,6 @@
 """Every command README.md and docs/ show runs as written: the files, configs and make targets it names exist, and
-(slow tier) every entry point it runs answers --help; a `python -c` one-liner runs."""
+(slow tier) every entry point it runs answers --help; a `python -c` one-liner runs; each of the README's commands
+names the test that runs it and how that run differs from the one shown (README_RUN_BY)."""
 
 import json
 import re
@@ -83,6 +84,171 @@ def test_what_a_shown_command_names_exists(document, command):
     if command.startswith("modal run modal_app.py"):
         _, _, entrypoint = words(command)[2].partition("::")
         assert isinstance(getattr(modal_app, entrypoint or "main", None), modal.app.LocalEntrypoint), command
+
+
+# Each command README.md shows, by the start of its line: the test that runs it, and where that test runs it otherwise
+# than as shown, how and why (this machine has no GPU, no Docker engine, no Modal account and no Hub; a shown run of
+# hours is run for a step or two).
+SLOW_RUN = "the shown run takes minutes to hours here: the test runs it on the tiny LFM2 for a step or a few episodes"
+FROM_THE_HUB = "the config's model is on the Hub: the test runs the same options on the tiny LFM2, sized down"
+REAL_MODEL_PATH = "tests/test_real_model.py::test_a_gguf_file_records_warms_up_trains_a_grpo_step_and_evaluates"
+REAL_SIZED_DOWN = "the test records, warms up, trains a step and evaluates the real model on click-test, sized down"
+WORKFLOWS_AS_WRITTEN = "tests/test_workflows.py::test_the_readmes_workflow_commands_record_warm_up_train_and_evaluate"
+README_RUN_BY = {
+    "make smoke": ("tests/test_train.py::test_train_py_starts_its_own_server_and_stops_it_at_exit", SLOW_RUN),
+    "make test": (".ci/run", None),
+    "make real-model": (
+        "tests/test_real_model.py::test_the_real_model_is_built_from_its_wheel_as_an_ordinary_checkpoint_that_answers",
+        None,
+    ),
+    "python -m warm_start.record --config configs/warm_up/smollm2_page_reading_cpu.yaml": (
+        REAL_MODEL_PATH,
+        REAL_SIZED_DOWN,
+    ),
+    "python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_cpu.yaml": (
+        REAL_MODEL_PATH,
+        REAL_SIZED_DOWN,
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading-warm-up --tasks page-reading": (
+        "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
+        SLOW_RUN,
+    ),
+    "python train.py --config configs/smollm2_page_reading_cpu.yaml": (
+        "tests/test_dynamic_sampling.py::test_a_real_grpo_step_trains_on_the_groups_that_disagree",
+        "hours here: the test runs --informative_groups and --beta 0.04 for two steps on the tiny LFM2",
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading --tasks page-reading --episodes 50": (
+        "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
+        SLOW_RUN,
+    ),
+    "python compare.py": (
+        "tests/test_comparison.py::test_compare_py_on_two_real_evaluations_prints_the_pairs_and_writes_them",
+        None,
+    ),
+    "python train.py --config config.yaml --use_peft": (
+        "tests/test_train.py::test_lora_trains_and_writes_an_adapter_that_loads",
+        FROM_THE_HUB,
+    ),
+    "python train.py --config config.yaml --task_modules": (
+        "tests/test_own_tasks.py::test_the_tutorials_commands_train_on_the_task_and_evaluate_it",
+        FROM_THE_HUB,
+    ),
+    "python train.py --config config.yaml --env_url": (
+        "tests/test_train.py::test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads",
+        FROM_THE_HUB,
+    ),
+    "python train.py --config config.yaml": (
+        "tests/test_train.py::test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads",
+        FROM_THE_HUB,
+    ),
+    "modal setup": (
+        "tests/test_modal_app.py::test_importing_defines_the_app_and_its_gpu_function_with_the_default_settings",
+        "a Modal account: the test builds the app without one",
+    ),
+    "modal run modal_app.py --config": (
+        "tests/test_modal_app.py::test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_result_is",
+        "Modal's cloud: the test runs the entrypoint on this machine and the functions with .local()",
+    ),
+    "modal run modal_app.py::evaluate": (
+        "tests/test_modal_app.py::test_the_whole_path_runs_in_the_volume_recording_warm_up_training_and_evaluation",
+        "Modal's cloud: the test runs the functions with .local() in a stand-in volume",
+    ),
+    "modal volume get": (
+        "tests/test_modal_app.py::test_the_whole_path_runs_in_the_volume_recording_warm_up_training_and_evaluation",
+        "Modal's cloud: the test reads the run from a stand-in volume",
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading --tasks page-reading --episodes 8 --traces failures": (
+        "tests/test_evaluate.py::test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for",
+        SLOW_RUN,
+    ),
+    "python -m web_env.server.check_tasks tests/own_tasks/coffee/coffee_task.py": (
+        "tests/test_own_tasks.py::test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broken_ones",
+        None,
+    ),
+    "python -m warm_start.record --config configs/warm_up/workflows.yaml": (WORKFLOWS_AS_WRITTEN, FROM_THE_HUB),
+    "python -m warm_start.warm_up --config configs/warm_up/workflows.yaml": (WORKFLOWS_AS_WRITTEN, FROM_THE_HUB),
+    "python train.py --config configs/workflows.yaml": (WORKFLOWS_AS_WRITTEN, FROM_THE_HUB),
+    "python evaluate.py --config configs/workflows.yaml": (WORKFLOWS_AS_WRITTEN, FROM_THE_HUB),
+    "python -m warm_start.record --config configs/warm_up/book_flight.yaml": (
+        "tests/test_experts.py::test_each_expert_solves_its_task_reading_the_page_as_the_prompt_cuts_it",
+        SLOW_RUN,
+    ),
+    "python -m warm_start.warm_up --config configs/warm_up/book_flight.yaml": (
+        "tests/test_warm_up.py::test_warm_up_fine_tunes_a_demonstrations_file_with_lora_into_a_whole_model_train_py_starts_from",
+        FROM_THE_HUB,
+    ),
+    "python train.py --config configs/book_flight.yaml": (
+        "tests/test_train.py::test_full_fine_tune_trains_and_writes_a_checkpoint_that_loads",
+        FROM_THE_HUB,
+    ),
+    "python evaluate.py --model outputs/lfm2-350m-click-test": (
+        "tests/test_evaluate.py::test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for",
+        FROM_THE_HUB,
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading --tasks page-reading --episodes 50 --temperature 1": (
+        "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
+        SLOW_RUN,
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading --benchmark miniwob --split test": (
+        "tests/test_evaluate.py::test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evaluation_s_directory",
+        SLOW_RUN,
+    ),
+    "python run_agent.py --model outputs/smollm2-page-reading --task_name click-tab --dry_run": (
+        "tests/test_run_agent.py::test_an_action_declined_in_a_dry_run_is_not_taken_and_the_episode_ends",
+        "the test's model is the tiny LFM2, its task click-test",
+    ),
+    "python export_gguf.py --model outputs/smollm2-page-reading --output agent.gguf --outtype q8_0": (
+        "tests/test_gguf_export.py::test_an_eight_bit_export_is_a_quarter_the_size_and_close",
+        "the test exports the tiny LFM2; tests/test_gguf_export.py exports the real model too, exactly",
+    ),
+    "python -m web_env.server --port 8000": (
+        "tests/test_layout.py::test_the_environment_package_installs_alone_and_its_server_runs_from_the_installed_copy",
+        None,
+    ),
+    "docker ": (
+        "tests/test_env_server.py::test_openenvs_from_docker_image_starts_the_container_with_the_token_the_client_sends",
+        "no Docker engine here: the test checks what OpenEnv asks Docker for",
+    ),
+    "python bench/learning.py --quick": (
+        "tests/test_learning.py::test_grpo_raises_the_success_rate_of_a_weak_policy",
+        None,
+    ),
+    "python train.py --config configs/smoke.yaml --max_steps 4": (
+        "tests/test_train.py::test_train_py_starts_its_own_server_and_stops_it_at_exit",
+        "one step, not four",
+    ),
+    "torchrun --nproc_per_node 4": (
+        "tests/test_data_parallel.py::test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once",
+        "no GPU here: two ranks on the CPU (gloo)",
+    ),
+    "accelerate launch --config_file configs/accelerate/zero2.yaml": (
+        "tests/test_data_parallel.py::test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once",
+        "no GPU here for DeepSpeed: two ranks of DDP on the CPU (gloo)",
+    ),
+    "python train.py --help": (
+        "tests/test_config.py::test_help_shows_each_option_group_under_its_heading_the_recipes_before_trls",
+        None,
+    ),
+}
+
+
+def run_by(command: str) -> str:
+    """The README_RUN_BY key a README command starts with, the longest."""
+    keys = [key for key in README_RUN_BY if command.startswith(key)]
+    assert keys, f"README.md shows `{command}` and no test is named for it in README_RUN_BY"
+    return max(keys, key=len)
+
+
+def test_every_command_the_readme_shows_names_the_test_that_runs_it_and_how_it_differs():
+    shown = [command for document, command in COMMANDS if document == "README.md"]
+    used = {run_by(command) for command in shown}
+    assert used == set(README_RUN_BY), f"named for no command the README shows: {set(README_RUN_BY) - used}"
+    for test, _ in README_RUN_BY.values():
+        if test == ".ci/run":
+            assert "make test-all" in (ROOT / ".ci/run").read_text() or "make test" in (ROOT / ".ci/run").read_text()
+            continue
+        path, _, name = test.partition("::")
+        assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.M), f"no test {test}"
 
 
 def made_by_the_recipe() -> set[str]:

@@ -5,6 +5,8 @@ own tenant and ends with the process that started it; the checker passes them (s
 
 import json
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from contextlib import closing
@@ -12,12 +14,18 @@ from contextlib import closing
 import pytest
 import yaml
 
+import evaluate as evaluate_py
+import train
+from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.metrics import read_metrics
 from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
 from helpers import ROOT, alive, keep_renderer_busy, sessions_in_this_process, wait_for
+from warm_start import record, warm_up
+from warm_start.demonstrations import load
 from warm_start.experts import expert_policy, known_experts
 from warm_start.record import record_experts
 from web_env import task_modules
@@ -26,6 +34,7 @@ from web_env.server import check_tasks
 
 RECIPE = yaml.safe_load((ROOT / "configs" / "workflows.yaml").read_text())
 WORKFLOWS, MODULES = RECIPE["tasks"], [str(ROOT / module) for module in RECIPE["task_modules"]]
+README, TRAINING, WARM_UP = ROOT / "README.md", "configs/workflows.yaml", "configs/warm_up/workflows.yaml"
 SETTINGS = EpisodeSettings(max_turns=RECIPE["max_turns"], max_page_chars=RECIPE["max_page_chars"])
 
 
@@ -216,3 +225,45 @@ def test_the_checker_passes_the_three_workflows(capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert out.strip().endswith("3 task(s): all checks passed")
+
+
+def readme_command(script: str, config: str) -> list[str]:
+    """The arguments of the README's command that runs `script` on `config` (its comment left out), as a user runs
+    them."""
+    (line,) = [
+        line for line in README.read_text().splitlines() if line.startswith(f"python {script} --config {config}")
+    ]
+    return shlex.split(line.split("  #")[0])[1 + len(script.split()) :]
+
+
+@pytest.mark.slow
+def test_the_readmes_workflow_commands_record_warm_up_train_and_evaluate(
+    workflows_server, tiny_model, tmp_path, monkeypatch, capsys
+):
+    """The README's four commands as written, sized down (one episode of each workflow, one step) and on the tiny LFM2
+    in place of the Hub's LFM2-350M: each reads what the one before it wrote."""
+    monkeypatch.chdir(tmp_path)  # the commands' outputs/ folder is the test's
+    for config in (TRAINING, WARM_UP):
+        (tmp_path / config).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / config, tmp_path / config)
+    (tmp_path / "workflows").symlink_to(ROOT / "workflows")
+    here = ("--env_url", workflows_server.url)
+
+    recorded = [*readme_command("-m warm_start.record", WARM_UP), "--episodes", "1", "--model_name_or_path", tiny_model]
+    record.main([*recorded, *here])
+    assert len(load("outputs/demonstrations/workflows.jsonl")) == 3  # the experts solve each workflow
+
+    warmed = [*readme_command("-m warm_start.warm_up", WARM_UP), "--model_name_or_path", tiny_model, "--max_steps", "1"]
+    warm_up.main(*parse_command_line(warm_up.OPTIONS, warmed))
+    assert (tmp_path / "outputs/workflows-warm-up/episode_settings.json").exists()
+
+    one_step = ("--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size", "2")
+    trained = [*readme_command("train.py", TRAINING), *one_step, "--gradient_accumulation_steps", "1", *here]
+    train.main(*parse_command_line(train.OPTIONS, trained))
+    (step,) = [m for m in read_metrics(tmp_path / "outputs/workflows/metrics.jsonl") if "episodes/count" in m]
+    assert step["episodes/count"] == 2
+
+    evaluated = [*readme_command("evaluate.py", TRAINING), "--episodes", "1", *here]
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", *evaluated])
+    run_command("evaluate.py", evaluate_py.main)
+    assert "outputs/workflows on 3 tasks (1 episodes each, greedy)" in capsys.readouterr().out
