@@ -1,6 +1,6 @@
 """Every command README.md and docs/ show runs as written: the files, configs and make targets it names exist, and
 (slow tier) every entry point it runs answers --help; a `python -c` one-liner runs; each of the README's commands
-names the test that runs it and how that run differs from the one shown (README_RUN_BY)."""
+names the test that runs it and how that run differs from the one shown (RUN_BY)."""
 
 import json
 import re
@@ -42,6 +42,21 @@ def shown_commands() -> list[tuple[str, str]]:
 
 
 COMMANDS = shown_commands()
+# The documents whose command blocks are a user's to run: each block's command names its test in RUN_BY. The other
+# documents are research notes, whose blocks record how a figure was made (minutes to hours each, at the commit the
+# note names): what those name exists and their entry points answer --help (below).
+USERS_DOCUMENTS = ("README.md", "guide.md", "your_own_task.md")
+
+
+def block_commands(document: str) -> list[str]:
+    """The commands of a document's ```bash blocks, each on one line with its spaces collapsed."""
+    text = (ROOT / document if document == "README.md" else ROOT / "docs" / document).read_text()
+    return [
+        " ".join(line.split("  #")[0].split())
+        for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", text, re.S | re.M)
+        for line in block.replace("\\\n", " ").splitlines()
+        if line.split(" ")[0] in RUNNERS
+    ]
 
 
 def words(command: str) -> list[str]:
@@ -86,15 +101,20 @@ def test_what_a_shown_command_names_exists(document, command):
         assert isinstance(getattr(modal_app, entrypoint or "main", None), modal.app.LocalEntrypoint), command
 
 
-# Each command README.md shows, by the start of its line: the test that runs it, and where that test runs it otherwise
-# than as shown, how and why (this machine has no GPU, no Docker engine, no Modal account and no Hub; a shown run of
-# hours is run for a step or two).
+# Each command of a user's document, by the start of its line: the test that runs it, and where that test runs it
+# otherwise than as shown, how and why (this machine has no GPU, no Docker engine, no Modal account and no Hub; a shown
+# run of hours is run for a step or two).
 SLOW_RUN = "the shown run takes minutes to hours here: the test runs it on the tiny LFM2 for a step or a few episodes"
 FROM_THE_HUB = "the config's model is on the Hub: the test runs the same options on the tiny LFM2, sized down"
 REAL_MODEL_PATH = "tests/test_real_model.py::test_a_gguf_file_records_warms_up_trains_a_grpo_step_and_evaluates"
 REAL_SIZED_DOWN = "the test records, warms up, trains a step and evaluates the real model on click-test, sized down"
+CURRICULUM = "tests/test_train.py::test_the_curriculum_starts_from_an_evaluation_sampled_at_the_training_temperature"
+NO_HUB = "no Hub here: the test checks the folder a push uploads"
+SERVED = "tests/test_run_agent.py::test_a_served_model_plays_exactly_the_episodes_it_plays_in_process"
+MODAL_COMMANDS = "tests/test_modal_app.py::test_each_command_ships_its_config_and_options_and_says_where_its_output_is"
+TUTORIAL = "tests/test_own_tasks.py::test_the_tutorials_commands_train_on_the_task_and_evaluate_it"
 WORKFLOWS_AS_WRITTEN = "tests/test_workflows.py::test_the_readmes_workflow_commands_record_warm_up_train_and_evaluate"
-README_RUN_BY = {
+RUN_BY = {
     "make smoke": ("tests/test_train.py::test_train_py_starts_its_own_server_and_stops_it_at_exit", SLOW_RUN),
     "make test": (".ci/run", None),
     "make real-model": (
@@ -189,7 +209,7 @@ README_RUN_BY = {
         "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
         SLOW_RUN,
     ),
-    "python evaluate.py --model outputs/smollm2-page-reading --benchmark miniwob --split test": (
+    "python evaluate.py --model outputs/smollm2-page-reading --benchmark miniwob": (
         "tests/test_evaluate.py::test_the_protocol_end_to_end_resumes_after_a_crash_and_refuses_another_evaluation_s_directory",
         SLOW_RUN,
     ),
@@ -209,14 +229,6 @@ README_RUN_BY = {
         "tests/test_env_server.py::test_openenvs_from_docker_image_starts_the_container_with_the_token_the_client_sends",
         "no Docker engine here: the test checks what OpenEnv asks Docker for",
     ),
-    "python bench/learning.py --quick": (
-        "tests/test_learning.py::test_grpo_raises_the_success_rate_of_a_weak_policy",
-        None,
-    ),
-    "python train.py --config configs/smoke.yaml --max_steps 4": (
-        "tests/test_train.py::test_train_py_starts_its_own_server_and_stops_it_at_exit",
-        "one step, not four",
-    ),
     "torchrun --nproc_per_node 4": (
         "tests/test_data_parallel.py::test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once",
         "no GPU here: two ranks on the CPU (gloo)",
@@ -225,27 +237,114 @@ README_RUN_BY = {
         "tests/test_data_parallel.py::test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once",
         "no GPU here for DeepSpeed: two ranks of DDP on the CPU (gloo)",
     ),
-    "python train.py --help": (
-        "tests/test_config.py::test_help_shows_each_option_group_under_its_heading_the_recipes_before_trls",
+    "accelerate launch --config_file configs/accelerate/ddp.yaml": (
+        "tests/test_data_parallel.py::test_two_ranks_train_one_model_on_one_pool_and_log_each_step_once",
+        "no GPU here: two ranks on the CPU (gloo)",
+    ),
+    "python train.py --config config.yaml --tasks page-reading": (
+        "tests/test_train.py::test_a_run_on_several_tasks_reports_each_to_the_tracker",
+        FROM_THE_HUB,
+    ),
+    "python train.py --config config.yaml --tasks login-user:2 click-button enter-text --curriculum true": (
+        CURRICULUM,
+        FROM_THE_HUB,
+    ),
+    "python evaluate.py --model my-warm-up --config my.yaml": (CURRICULUM, "my.yaml is the reader's: the smoke config"),
+    "python train.py --config my.yaml --curriculum true --curriculum_start": (
+        CURRICULUM,
+        "my.yaml is the reader's: the smoke config",
+    ),
+    "python -m warm_start.record --config configs/warm_up/smollm2_page_reading_cpu.yaml --tasks page-reading"
+    " --sampled_by": (
+        "tests/test_warm_up.py::test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with",
+        "the tiny LFM2's own episodes, a few",
+    ),
+    "python evaluate.py --model outputs/book-flight --config configs/book_flight.yaml": (
+        "tests/test_evaluate.py::test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for",
+        FROM_THE_HUB,
+    ),
+    "python run_agent.py --model outputs/smollm2-page-reading --task_name click-tab --seed": (
+        "tests/test_run_agent.py::test_the_agent_prints_each_action_it_takes_and_writes_the_episode_s_trace_and_viewer",
+        "the tiny LFM2 on click-test",
+    ),
+    "python run_agent.py --model outputs/smollm2-page-reading --task_name login-user --dry_run": (
+        "tests/test_run_agent.py::test_an_action_declined_in_a_dry_run_is_not_taken_and_the_episode_ends",
+        "the tiny LFM2 on click-test",
+    ),
+    "python run_agent.py --model outputs/smollm2-page-reading --task_name login-user --headed": (
+        "tests/test_run_agent.py::test_a_headed_agent_plays_in_a_browser_window_on_the_display",
+        "the tiny LFM2 on click-test, on an Xvfb display",
+    ),
+    "python run_agent.py --model agent.gguf": (
+        "tests/test_gguf_export.py::test_an_exported_policy_plays_the_same_greedy_episodes_through_the_gguf_policy_path",
+        "the tiny LFM2's exported file played through the policy run_agent.py loads, on click-test",
+    ),
+    "python run_agent.py --model outputs/workflows --url": (
+        "tests/test_allowed_origins.py::test_run_agent_plays_a_goal_of_yours_on_a_page_you_name",
+        "the tiny LFM2 on a notes app in its own process",
+    ),
+    "python train.py --config configs/smollm2_page_reading_cpu.yaml --push_to_hub": (
+        "tests/test_train.py::test_the_folder_a_run_pushes_to_the_hub_holds_its_episode_settings_and_the_recipes_model_card",
+        NO_HUB,
+    ),
+    "python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_cpu.yaml --push_to_hub": (
+        "tests/test_warm_up.py::test_the_warm_up_pushes_its_model_folder_with_settings_and_card_to_the_repository_named",
+        NO_HUB,
+    ),
+    "python run_agent.py --model you/web-agent": (
+        "tests/test_episode_settings.py::test_a_hub_ids_saved_settings_are_read_from_the_hub_or_offline_from_its_cache",
+        "no Hub here: the Hub id's settings are read from a local cache, offline",
+    ),
+    "python -m vllm.entrypoints.openai.api_server": (SERVED, "the real model in float32 on vLLM's CPU build"),
+    "python evaluate.py --model http://": (SERVED, "run_agent.py's endpoint policy, the one evaluate.py loads"),
+    "python run_agent.py --model http://": (SERVED, "the real model in float32 on vLLM's CPU build"),
+    "python export_gguf.py --model outputs/smollm2-page-reading --output agent.gguf": (
+        "tests/test_gguf_export.py::test_a_model_exported_exactly_reads_back_with_the_same_weights_tokenizer_and_settings",
+        "the tiny LFM2 and a Llama of its size; tests/test_gguf_export.py exports the real model too",
+    ),
+    "modal run modal_app.py": (
+        "tests/test_modal_app.py::test_modal_run_ships_the_config_text_with_its_options_and_says_where_the_result_is",
+        "Modal's cloud: the test runs the entrypoint on this machine and the functions with .local()",
+    ),
+    "modal run modal_app.py::record": (MODAL_COMMANDS, "Modal's cloud: the test runs the entrypoint on this machine"),
+    "modal run modal_app.py::warm_up": (MODAL_COMMANDS, "Modal's cloud: the test runs the entrypoint on this machine"),
+    "modal volume put": (
+        "tests/test_modal_app.py::test_the_whole_path_runs_in_the_volume_recording_warm_up_training_and_evaluation",
+        "Modal's own CLI: the test's commands read and write a stand-in volume",
+    ),
+    "python -m web_env.server.check_tasks coffee/coffee_task.py": (
+        "tests/test_own_tasks.py::test_the_checker_passes_the_tutorials_task_and_names_each_fault_of_the_broken_ones",
+        None,
+    ),
+    "python train.py --config configs/smoke.yaml --task_modules coffee/coffee_task.py": (TUTORIAL, "two steps"),
+    "python evaluate.py --model outputs/coffee": (TUTORIAL, "four episodes"),
+    "python -m warm_start.record --task_modules coffee/coffee_task.py": (TUTORIAL, None),
+    "python run_agent.py --model outputs/coffee": (
+        "tests/test_run_agent.py::test_a_headed_agent_plays_in_a_browser_window_on_the_display",
+        "the tiny LFM2 on click-test, on an Xvfb display",
+    ),
+    "python -m web_env.server --task_modules coffee/coffee_task.py": (
+        "tests/test_own_tasks.py::test_an_own_task_is_played_through_openenvs_public_client_with_the_right_reward",
         None,
     ),
 }
 
 
-def run_by(command: str) -> str:
-    """The README_RUN_BY key a README command starts with, the longest."""
-    keys = [key for key in README_RUN_BY if command.startswith(key)]
-    assert keys, f"README.md shows `{command}` and no test is named for it in README_RUN_BY"
+def run_by(document: str, command: str) -> str:
+    """The RUN_BY key a user's command starts with, the longest."""
+    keys = [key for key in RUN_BY if command.startswith(key)]
+    assert keys, f"{document} shows `{command}` and no test is named for it in RUN_BY"
     return max(keys, key=len)
 
 
-def test_every_command_the_readme_shows_names_the_test_that_runs_it_and_how_it_differs():
-    shown = [command for document, command in COMMANDS if document == "README.md"]
-    used = {run_by(command) for command in shown}
-    assert used == set(README_RUN_BY), f"named for no command the README shows: {set(README_RUN_BY) - used}"
-    for test, _ in README_RUN_BY.values():
-        if test == ".ci/run":
-            assert "make test-all" in (ROOT / ".ci/run").read_text() or "make test" in (ROOT / ".ci/run").read_text()
+def test_every_command_a_users_document_shows_names_the_test_that_runs_it_and_how_it_differs():
+    shown = [(document, command) for document in USERS_DOCUMENTS for command in block_commands(document)]
+    assert len(shown) > 60
+    used = {run_by(document, command) for document, command in shown}
+    assert used == set(RUN_BY), f"named for no command a user's document shows: {set(RUN_BY) - used}"
+    for test, _ in RUN_BY.values():
+        if test == ".ci/run":  # CI's own run, both tiers, after `make setup` and `make windowed-browser`
+            assert "make test-all" in (ROOT / ".ci/run").read_text()
             continue
         path, _, name = test.partition("::")
         assert re.search(rf"^def {name}\(", (ROOT / path).read_text(), re.M), f"no test {test}"
