@@ -16,6 +16,7 @@ from transformers import AutoTokenizer
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.errors import ModelUnavailable
 from browser_rl.generation import GenerateFn, Reply, cached_generate, load_policy
+from browser_rl.gguf import as_checkpoint
 from browser_rl.model_source import resolve_model
 from browser_rl.rollout import Policy, model_policy
 
@@ -71,13 +72,14 @@ def served_agent(url: str, temperature: float, max_new_tokens: int, tokenizer: s
         served = client.models.list().data[0]
     except (openai.APIError, IndexError) as error:
         raise ModelUnavailable(f"{url}: no OpenAI-compatible server serving a model there ({error})") from None
-    source = tokenizer or served.id
     try:
+        # A .gguf file (llama-server names the one it serves) holds the tokenizer and the settings too.
+        source = as_checkpoint(tokenizer or served.id)
         served_tokenizer = AutoTokenizer.from_pretrained(source)
-    except OSError:
+    except (OSError, ModelUnavailable):
         raise ModelUnavailable(
-            f"{url} serves {served.id!r}, which names no tokenizer here: give the model's directory or Hub id as "
-            "--tokenizer"
+            f"{url} serves {served.id!r}, which names no tokenizer here: give the model's directory, Hub id or "
+            ".gguf file as --tokenizer"
         ) from None
     max_model_len = getattr(served, "max_model_len", None)  # vLLM says it; others do not
     return Agent(

@@ -27,7 +27,8 @@ class EvalArguments:
     tokenizer: str | None = field(
         default=None,
         metadata={
-            "help": "with a server's URL: the served model's directory or hub id, where the server names it otherwise"
+            "help": "with a server's URL: the served model's directory, hub id or .gguf file, where the server "
+            "names it otherwise"
         },
     )
     episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
@@ -83,7 +84,8 @@ class AgentArguments:
     tokenizer: str | None = field(
         default=None,
         metadata={
-            "help": "with a server's URL: the served model's directory or hub id, where the server names it otherwise"
+            "help": "with a server's URL: the served model's directory, hub id or .gguf file, where the server "
+            "names it otherwise"
         },
     )
     seed: int = field(default=1_000_000, metadata={"help": "the task's instance (held-out seeds start at 1,000,000)"})

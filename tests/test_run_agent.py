@@ -15,10 +15,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from browser_rl.command_options import EvalArguments
+from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import ModelUnavailable
 from browser_rl.evaluation import evaluate
+from browser_rl.gguf_export import export
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from helpers import ROOT, run_agent
 from web_env.server import browser_setup
@@ -158,9 +162,9 @@ def vllm_server(real_model, unused_port, monkeypatch):
 
 @pytest.mark.slow
 def test_a_served_model_plays_exactly_the_episodes_it_plays_in_process(vllm_server, real_model, env_server, tmp_path):
-    def played_by(model: str, name: str) -> list[dict]:
+    def played_by(model: str, name: str, tokenizer: str | None = None) -> list[dict]:
         evaluate(
-            EvalArguments(model=model, episodes=2, output_dir=str(tmp_path / name)),
+            EvalArguments(model=model, tokenizer=tokenizer, episodes=2, output_dir=str(tmp_path / name)),
             TaskArguments(tasks=["click-test", "focus-text"]),
             EpisodeArguments(max_turns=2),
             ServerArguments(env_url=[env_server.url]),
@@ -171,6 +175,13 @@ def test_a_served_model_plays_exactly_the_episodes_it_plays_in_process(vllm_serv
     keys = ("task_name", "seed", "replies", "actions", "success")
     assert [{k: e[k] for k in keys} for e in served] == [{k: e[k] for k in keys} for e in in_process]
     assert len(served) == 4 and all(e["replies"] for e in served)
+
+    # Served from its exported file (as llama-server serves one), the file names the tokenizer and the settings.
+    exported = tmp_path / "agent.gguf"
+    model = AutoModelForCausalLM.from_pretrained(real_model, dtype=torch.float32)
+    export(model, AutoTokenizer.from_pretrained(real_model), EpisodeSettings(max_turns=2), exported, "f16")
+    by_file = played_by(vllm_server, "served-told-the-file", tokenizer=str(exported))
+    assert [{k: e[k] for k in keys} for e in by_file] == [{k: e[k] for k in keys} for e in in_process]
 
     played = run_agent(
         "--model", vllm_server, "--env_url", env_server.url, "--output_dir", str(tmp_path), "--max_steps", "1"
