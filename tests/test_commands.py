@@ -298,6 +298,11 @@ RUN_BY = {
     "python -m vllm.entrypoints.openai.api_server": (SERVED, "the real model in float32 on vLLM's CPU build"),
     "python evaluate.py --model http://": (SERVED, "run_agent.py's endpoint policy, the one evaluate.py loads"),
     "python run_agent.py --model http://": (SERVED, "the real model in float32 on vLLM's CPU build"),
+    "python run_agent.py --model http://127.0.0.1:8000 --task_modules": (
+        SERVED,
+        "vLLM's CPU build in place of llama-server, which the suite does not build; the notes app is "
+        "tests/test_allowed_origins.py's",
+    ),
     "python export_gguf.py --model outputs/smollm2-page-reading --output agent.gguf": (
         "tests/test_gguf_export.py::test_a_model_exported_exactly_reads_back_with_the_same_weights_tokenizer_and_settings",
         "the tiny LFM2 and a Llama of its size; tests/test_gguf_export.py exports the real model too",
