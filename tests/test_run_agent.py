@@ -19,7 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from browser_rl.command_options import EvalArguments
-from browser_rl.episode_settings import EpisodeSettings
+from browser_rl.episode_settings import DEFAULTS, EpisodeSettings
 from browser_rl.errors import ModelUnavailable
 from browser_rl.evaluation import evaluate
 from browser_rl.gguf_export import export
@@ -187,6 +187,8 @@ def test_a_served_model_plays_exactly_the_episodes_it_plays_in_process(vllm_serv
         "--model", vllm_server, "--env_url", env_server.url, "--output_dir", str(tmp_path), "--max_steps", "1"
     )
     assert played.returncode == 0, played.stderr[-3000:]
+    # The real model as built saved no settings: the agent says which it plays with.
+    assert f"{vllm_server} has no saved episode settings: playing with {DEFAULTS.describe()}" in played.stderr
     assert f"{vllm_server} plays click-test, seed 1000000, at most 1 step\n" in played.stdout
     assert f"step 1: no action in the reply {in_process[0]['replies'][0]!r}" in played.stdout
     assert (tmp_path / "viewer.html").exists()
