@@ -14,9 +14,8 @@ import openai
 from transformers import AutoTokenizer
 
 from browser_rl.episode_settings import EpisodeSettings, saved_with
-from browser_rl.errors import ModelUnavailable
+from browser_rl.errors import ConfigError, ModelUnavailable
 from browser_rl.generation import GenerateFn, Reply, cached_generate, load_policy
-from browser_rl.gguf import as_checkpoint
 from browser_rl.model_source import resolve_model
 from browser_rl.rollout import Policy, model_policy
 
@@ -74,9 +73,9 @@ def served_agent(url: str, temperature: float, max_new_tokens: int, tokenizer: s
         raise ModelUnavailable(f"{url}: no OpenAI-compatible server serving a model there ({error})") from None
     try:
         # A .gguf file (llama-server names the one it serves) holds the tokenizer and the settings too.
-        source = as_checkpoint(tokenizer or served.id)
+        source = resolve_model(tokenizer or served.id, "--tokenizer")
         served_tokenizer = AutoTokenizer.from_pretrained(source)
-    except (OSError, ModelUnavailable):
+    except (OSError, ConfigError, ModelUnavailable):
         raise ModelUnavailable(
             f"{url} serves {served.id!r}, which names no tokenizer here: give the model's directory, Hub id or "
             ".gguf file as --tokenizer"

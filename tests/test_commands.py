@@ -295,6 +295,10 @@ RUN_BY = {
         "tests/test_episode_settings.py::test_a_hub_ids_saved_settings_are_read_from_the_hub_or_offline_from_its_cache",
         "no Hub here: the Hub id's settings are read from a local cache, offline",
     ),
+    "python -m http.server 8321": (
+        "tests/test_allowed_origins.py::test_an_episode_plays_on_the_app_where_it_runs_and_its_reset_names_the_origins_allowed",
+        "on a free port, which the task module reads from NOTES_APP_URL",
+    ),
     "python -m vllm.entrypoints.openai.api_server": (SERVED, "the real model in float32 on vLLM's CPU build"),
     "python evaluate.py --model http://": (SERVED, "run_agent.py's endpoint policy, the one evaluate.py loads"),
     "python run_agent.py --model http://": (SERVED, "the real model in float32 on vLLM's CPU build"),
