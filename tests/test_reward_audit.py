@@ -1,20 +1,22 @@
 """Every task whose page pays a positive raw reward for an ending other than the task done right (docs/reward_audit.md)
 scores that ending 0 and its right ending 1, on several seeds: each ending played in a real page of the environment
-server's own sessions (web_env/server/environment.py, in this process, as bench/restarts.py runs them), with the
+server's own sessions (web_env/server/environment.py, in this process), with the
 allowed actions where they reach the page's controls and with the pointer where the task scores where it lands (its
 targets have no id, or it wants a point, a path or a pointer that follows a moving shape), then scored as the server
 reports it (its observation's `raw_reward`) by rewards.solved, beside BrowserGym's own scoring, which pays them all.
 The pages whose endings the allowed actions reach are played again through the server's wire, by OpenEnv's public
 client: the reward any client gets."""
 
+import contextlib
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 
 import rewards
-from bench import restarts, reward_audit
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.evaluation import episode_record
 from browser_rl.evaluation_report import summarize
@@ -26,9 +28,13 @@ from browser_rl.tasks import TaskSampler
 from helpers import ROOT, side_by_side
 from warm_start.page_tree import find, nodes
 from web_env import scoring
-from web_env.models import MINIWOB_TASKS, BrowserGymAction
+from web_env.models import BrowserGymAction
+from web_env.server import browser_setup
+from web_env.server.browsers import BrowserPool
+from web_env.server.environment import BrowserTaskEnvironment
 
 SEEDS = (0, 1, 2)
+OBSERVED = ["goal", "axtree_txt", "error"]
 # bisect-angle's seed 1 draws an angle of 2 degrees, narrower than the page's marker can be aimed into at its distance.
 SEEDS_OF = {"bisect-angle": (0, 2, 3)}
 
@@ -39,7 +45,7 @@ class Ending:
 
     def __init__(self, session, task: str, seed: int):
         self.session, self.task = session, task
-        self.first = session.reset(task_name=task, seed=seed, fields=restarts.FIELDS)
+        self.first = session.reset(task_name=task, seed=seed, fields=OBSERVED)
         self.goal, self.tree = self.first.goal, self.first.axtree_txt
 
     def act(self, action: str):
@@ -115,11 +121,12 @@ def scored_endings(session, task: str) -> list[tuple]:
 @pytest.fixture(scope="module")
 def audited():
     """{task: its seeds' scored endings, or what playing them raised}, SESSIONS sequences of tasks side by side."""
-    pool = restarts.browsers(SESSIONS)
+    browser_setup.prepare()
+    pool = BrowserPool(SESSIONS)
 
     def play_in_order(tasks: list[str]) -> dict:
         results = {}
-        with restarts.new_session(pool, reload_every=1) as session:
+        with contextlib.closing(BrowserTaskEnvironment(pool, reload_every=1)) as session:
             for task in tasks:
                 try:
                     results[task] = scored_endings(session, task)
@@ -456,11 +463,11 @@ def test_the_audit_lists_every_page_that_computes_its_reward_and_the_threshold_r
     assert {task for task, rule in rows if rule == "≥ 0.9"} == set(scoring.CLOSE_ENOUGH)
     others = set(re.findall(r"`([\w-]+)`", quiet.split("MiniWoB pages outside")[0]))
 
-    def computes(task: str) -> bool:
-        page = (reward_audit.PAGES / f"{task}.html").read_text()
-        return not all(reward_audit.binary(argument, page) for argument in reward_audit.calls(task))
-
-    assert {task for task in MINIWOB_TASKS if computes(task)} == set(ENDINGS) | others
+    audit = subprocess.run(
+        [sys.executable, "bench/reward_audit.py", "--computed"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    computed = audit.stdout.splitlines()[-1].split("read by hand: ")[1].split(", ")
+    assert set(computed) == set(ENDINGS) | others
 
 
 def test_a_partial_credit_ending_scores_zero_in_every_consumer_and_the_right_ending_one(env_server, tokenizer):

@@ -1,13 +1,17 @@
 """The task list of a config and the sampler that draws each GRPO group's task."""
 
 import collections
+import json
+import re
+import subprocess
+import sys
 
 import pytest
 
-from bench.group_signal import DRAWINGS, groups_with_an_advantage
 from browser_rl.episode import Episode
 from browser_rl.metrics import same_reward_share
 from browser_rl.tasks import CURRICULUM_FLOOR, PRESETS, TaskSampler, parse_tasks, task_instances
+from helpers import ROOT
 from web_env.models import MINIWOB_TASKS, miniwob_name
 
 
@@ -119,16 +123,32 @@ def test_a_curriculum_started_from_measured_success_draws_the_tasks_in_doubt_fro
     assert collections.Counter(uninformed.draw() for _ in range(12)) == dict.fromkeys(tasks, 3)
 
 
-def test_simulated_runs_count_the_groups_that_disagree_and_more_of_them_from_an_evaluation():
-    """bench/group_signal.py, the figure behind --curriculum_start (docs/real_model.md)."""
-    certain = {"solved": 1.0, "never": 0.0}
-    run = {"steps": 10, "groups_per_step": 4, "num_generations": 4, "seed": 0}
-    assert all(groups_with_an_advantage(certain, drawing, **run) == 0 for drawing in DRAWINGS.values())
-    mostly_certain = {**dict.fromkeys([f"mastered-{i}" for i in range(7)], 1.0), "half": 0.5, "rare": 0.2}
-    mean = {
-        name: sum(groups_with_an_advantage(mostly_certain, drawing, **run | {"seed": s}) for s in range(200)) / 200
-        for name, drawing in DRAWINGS.items()
-    }
+def test_simulated_runs_count_the_groups_that_disagree_and_more_of_them_from_an_evaluation(tmp_path):
+    """bench/group_signal.py, the figure behind --curriculum_start (docs/real_model.md), run as the docs run it on
+    two evaluations' summaries at once: every task certain, and most tasks mastered."""
+
+    def simulated(name: str, success: dict[str, float]) -> subprocess.Popen:
+        evaluation = tmp_path / name
+        evaluation.mkdir()
+        summary = {"arguments": {"temperature": 1.0, "model": "a start"}, "tasks": {}}
+        summary["tasks"] = {task: {"success_rate": rate} for task, rate in success.items()}
+        (evaluation / "summary.json").write_text(json.dumps(summary))
+        command = [sys.executable, "bench/group_signal.py", "--evaluation", str(evaluation), "--runs", "200"]
+        return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+
+    def mean_groups(run: subprocess.Popen) -> dict[str, float]:
+        printed, _ = run.communicate()
+        assert run.returncode == 0
+        return {name: float(mean) for name, mean in re.findall(r"^  (\S.*?) +([\d.]+)  \(middle half", printed, re.M)}
+
+    certain = simulated("certain", {"solved": 1.0, "never": 0.0})
+    mostly_certain = simulated(
+        "mostly-certain", {**dict.fromkeys([f"mastered-{i}" for i in range(7)], 1.0), "half": 0.5, "rare": 0.2}
+    )
+    none = mean_groups(certain)
+    assert set(none) == {"by weight alone", "the curriculum from 50%", "the curriculum from the evaluation"}
+    assert set(none.values()) == {0.0}
+    mean = mean_groups(mostly_certain)
     assert mean["by weight alone"] == pytest.approx(40 * (1 - 0.5**4 * 2 + 1 - 0.8**4 - 0.2**4) / 9, abs=0.3)
     assert mean["by weight alone"] < mean["the curriculum from 50%"] < mean["the curriculum from the evaluation"]
     assert mean["the curriculum from the evaluation"] > 2 * mean["by weight alone"], mean
