@@ -12,11 +12,8 @@ BENCHMARKS = ("miniwob", "miniwob_tiny_test")  # browsergym-experiments' MiniWoB
 
 
 @dataclass
-class EvalArguments:
-    """What evaluate.py measures and how; its tasks, episodes and servers are the groups above, as in training. A
-    --config file sets those groups, never these (a training file's temperature or output_dir is training's)."""
-
-    _argument_group_name = "evaluation"  # its heading in --help
+class PolicyArguments:
+    """The policy evaluate.py and run_agent.py play, and how it replies: the options both commands take."""
 
     model: str = field(
         metadata={
@@ -31,13 +28,22 @@ class EvalArguments:
             "names it otherwise"
         },
     )
+    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
+    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
+
+
+@dataclass
+class EvalArguments(PolicyArguments):
+    """What evaluate.py measures and how; its tasks, episodes and servers are the groups above, as in training. A
+    --config file sets those groups, never these (a training file's temperature or output_dir is training's)."""
+
+    _argument_group_name = "evaluation"  # its heading in --help
+
     episodes: int = field(default=50, metadata={"help": "episodes to run per task, one seed each"})
     samples: int = field(
         default=1, metadata={"help": "episodes per seed, sampled alike (with --temperature): pass@k of k samples"}
     )
     first_seed: int = field(default=1_000_000, metadata={"help": "seed of the first episode; the rest follow"})
-    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
-    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
     batch_size: int = field(default=16, metadata={"help": "episodes run at once"})
     output_dir: str | None = field(
         default=None, metadata={"help": "default: MODEL/eval-TASKS, or eval-NAME-TASKS (TASKS: the task or preset)"}
@@ -74,20 +80,12 @@ class EvalArguments:
 
 
 @dataclass
-class AgentArguments:
+class AgentArguments(PolicyArguments):
     """Which policy run_agent.py plays, on which instance of the task, for how many steps, and where its trace goes;
     the task and the servers are the groups above, as in training."""
 
     _argument_group_name = "agent"  # its heading in --help
 
-    model: str = field(metadata={"help": "what evaluate.py's --model takes: a model, checkpoint, .gguf, or a URL"})
-    tokenizer: str | None = field(
-        default=None,
-        metadata={
-            "help": "with a server's URL: the served model's directory, hub id or .gguf file, where the server "
-            "names it otherwise"
-        },
-    )
     seed: int = field(default=1_000_000, metadata={"help": "the task's instance (held-out seeds start at 1,000,000)"})
     url: str | None = field(
         default=None, metadata={"help": "play --goal on this page instead of a task (its origin alone is reachable)"}
@@ -100,8 +98,6 @@ class AgentArguments:
     headed: bool = field(
         default=False, metadata={"help": "show the browser's window as the agent plays (a display, the full Chromium)"}
     )
-    temperature: float = field(default=0.0, metadata={"help": "0 for greedy decoding, else sampling temperature"})
-    max_new_tokens: int = field(default=32, metadata={"help": "tokens per reply"})
     output_dir: str = field(default="agent-runs", metadata={"help": "where the trace and viewer.html are written"})
 
     def __post_init__(self):
