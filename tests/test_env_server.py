@@ -378,7 +378,9 @@ def test_openenvs_from_docker_image_starts_the_container_with_the_token_the_clie
         env.close()
 
 
-def test_without_playwrights_own_chromium_the_lightest_system_build_on_path_is_the_one_linked(tmp_path, monkeypatch):
+def test_without_playwrights_own_chromium_the_lightest_system_build_on_path_is_linked_and_the_full_one_for_a_window(
+    tmp_path, monkeypatch
+):
     # No machine here has both builds: stand-ins on a PATH of their own, the full browser and the headless shell.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -391,3 +393,6 @@ def test_without_playwrights_own_chromium_the_lightest_system_build_on_path_is_t
     browser_setup.ensure_chromium()
     links = [path for path in (tmp_path / "home").rglob("*") if path.is_symlink()]
     assert [path.readlink() for path in links] == [bin_dir / "chromium-headless-shell"]
+    browser_setup.ensure_chromium(windowed=True)  # a window needs the full browser: the shell draws none
+    windowed = [path for path in (tmp_path / "home").rglob("*") if path.is_symlink() and path not in links]
+    assert [path.readlink() for path in windowed] == [bin_dir / "chromium"]

@@ -36,7 +36,7 @@ def use_packaged_miniwob_pages() -> None:
 # of the full browser and plays an episode in 6 to 24% less (docs/environment.md, "Chromium's headless shell").
 SYSTEM_CHROMIUMS = ("chromium-headless-shell", "chrome-headless-shell", "chromium", "chromium-browser", "google-chrome")
 # A window needs the full browser: the headless shell draws none.
-WINDOWED_CHROMIUMS = ("chromium", "chromium-browser", "google-chrome")
+WINDOWED_CHROMIUMS = tuple(name for name in SYSTEM_CHROMIUMS if "headless" not in name)
 LINKS = Path(".cache", "browser-rl")  # where in the home folder the system Chromium is linked for Playwright
 
 
