@@ -67,7 +67,7 @@ def print_last_error(episode: Episode) -> None:
         print(f"         error: {episode.errors[-1].splitlines()[0]}")  # Playwright's call log follows
 
 
-def play_settings(agent: Agent, given: EpisodeArguments, max_steps: int | None) -> episode_settings.EpisodeSettings:
+def settings_to_play(agent: Agent, given: EpisodeArguments, max_steps: int | None) -> episode_settings.EpisodeSettings:
     """The settings the agent was trained with (the defaults, said so, for a model saved without them), with at most
     max_steps actions: the prompt does not say how many it has."""
     settings = episode_settings.resolve(given, agent.made_with, agent.name).settings
@@ -111,7 +111,7 @@ def main() -> None:
     if args.url:
         tasks = on_a_url(args, tasks, servers)
     agent = load_agent(args.model, "--model", args.temperature, args.max_new_tokens, args.tokenizer)
-    settings = play_settings(agent, episodes, args.max_steps)
+    settings = settings_to_play(agent, episodes, args.max_steps)
     print(f"{agent.name} plays {args.url or tasks.task_name}, seed {args.seed}, at most {steps(settings.max_turns)}")
     with contextlib.ExitStack() as stack:
         pool = open_server_pool(stack, servers, 1, tasks.task_modules, new_server)
