@@ -72,7 +72,7 @@ def chart(listed: list[dict], image: Path) -> Path:
 
     tasks = list(listed[0]["summary"]["tasks"])
     width = 0.8 / len(listed)
-    fig, axis = plt.subplots(figsize=(8, 3.6))
+    fig, axis = plt.subplots(figsize=(8, 4.8))
     for i, row in enumerate(listed):
         of_task = row["summary"]["tasks"]
         rates = [100 * of_task[t]["success_rate"] for t in tasks]
@@ -86,7 +86,8 @@ def chart(listed: list[dict], image: Path) -> Path:
     axis.set_ylabel("success, % (95% CI)")
     episodes = listed[0]["summary"]["tasks"][tasks[0]]["episodes"]
     axis.set_title(f"SmolLM2-135M-Instruct on page-reading: {episodes} held-out seeds a task, greedy", fontsize="small")
-    axis.legend(fontsize="x-small", loc="upper left")
+    # Below the bars, which fill the height: a legend inside would hide them.
+    axis.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(image, dpi=100)
     plt.close(fig)
