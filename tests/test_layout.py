@@ -172,6 +172,12 @@ def test_the_readmes_results_table_is_the_one_its_script_makes_from_the_evaluati
     shown = readme.split("<!-- results table: python bench/results.py -->\n")[1].split("\n<!-- end of results table")[0]
     assert shown == made
     assert len(made.splitlines()) <= 2 + 8  # at most 8 rows
+    # What the prose under the table says of these rows, it says in words: their figures are the table's alone. A
+    # figure of its own names the command that makes it.
+    prose = readme.split("<!-- end of results table -->")[1].split("\n## ")[0]
+    assert not re.search(r"p = |\bpoints\b|\d+ → \d+ of", prose), prose
+    for sentence in re.split(r"(?<=\.) ", prose.replace("\n", " ")):
+        assert not re.search(r"\d%", sentence) or "`python " in sentence, sentence
 
 
 def test_the_readme_reads_in_five_minutes_and_says_first_what_the_recipe_achieves():
