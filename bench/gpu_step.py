@@ -10,10 +10,11 @@ browser or network: peak GPU memory and seconds per step, split into generation 
 The model is LFM2-350M's architecture (bench/lfm2-350m.json) with random weights, so it writes no valid action and
 every episode runs its full max_turns with its context growing: the longest step config.yaml's settings make. The
 environment replays episodes recorded from the real server (bench/replay/episodes.jsonl, bench/record_replay.py)
-behind OpenEnv's own server, so train.py plays them through its usual client. Each setup runs in a process of its
-own; a row gives peak memory (torch.cuda.max_memory_allocated and max_memory_reserved), seconds per step after the
-first (generation, training) and whether the peak fits a 24 GB card. With vLLM, its memory share is set to what
-config.yaml gives it on a 24 GB card, so that the peak is the one an L4 would see.
+behind OpenEnv's own server (tests/replay_environment.py, the tests' stand-in for the server), so train.py plays them
+through its usual client. Each setup runs in a process of its own; a row gives peak memory
+(torch.cuda.max_memory_allocated and max_memory_reserved), seconds per step after the first (generation, training)
+and whether the peak fits a 24 GB card. With vLLM, its memory share is set to what config.yaml gives it on a 24 GB
+card, so that the peak is the one an L4 would see.
 """
 
 import argparse
@@ -22,84 +23,19 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import torch
-import uvicorn
-from openenv.core.env_server.http_server import create_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import ConcurrencyConfig
 from transformers import Lfm2Config, Lfm2ForCausalLM, TrainerCallback
 
 from browser_rl.metrics import with_training_time
-from env_client import free_port
 from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer
-from web_env.models import BrowserGymAction, BrowserGymObservation, BrowserGymState
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDED = Path(__file__).parent / "replay" / "episodes.jsonl"
 LFM2_350M = Path(__file__).parent / "lfm2-350m.json"
 CARD_GIB = 24e9 / 2**30  # a 24 GB card (an L4, an A10G)
 # config.yaml's vLLM share, of a 24 GB card (the GPU bench may run on a bigger one)
 VLLM_SHARE_GIB = 0.15 * CARD_GIB
-
-
-class ReplayEnvironment(Environment[BrowserGymAction, BrowserGymObservation, BrowserGymState]):
-    """The recorded episodes as an OpenEnv environment: a reset gives the recorded first page of (task, seed modulo
-    the seeds recorded), the recorded right action solves it, and any other action gives the page recorded after a
-    wrong one."""
-
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self, recorded: dict):
-        super().__init__()
-        self._recorded = recorded
-        self._episode = None
-        self._state = BrowserGymState()
-
-    def reset(self, seed=None, episode_id=None, task_name=None, **options) -> BrowserGymObservation:
-        seeds = self._recorded[task_name]
-        self._episode = seeds[(seed or 0) % len(seeds)]
-        self._state = BrowserGymState(task_name=task_name, task_id=str(seed), goal=self._episode["goal"])
-        return BrowserGymObservation(goal=self._episode["goal"], axtree_txt=self._episode["page"], done=False)
-
-    def step(self, action: BrowserGymAction, timeout_s=None, **kwargs) -> BrowserGymObservation:
-        self._state.step_count += 1
-        after = self._episode["after_right" if action.action_str == self._episode["right"] else "after_wrong"]
-        return BrowserGymObservation(
-            goal=self._episode["goal"],
-            axtree_txt=after["page"],
-            error=after["error"],
-            done=after["done"],
-            reward=after["reward"],
-        )
-
-    @property
-    def state(self) -> BrowserGymState:
-        return self._state
-
-
-def serve_replay(max_sessions: int) -> str:
-    """The replay environment behind OpenEnv's server, on a thread of this process; its URL."""
-    recorded = {}
-    for line in RECORDED.read_text().splitlines():
-        row = json.loads(line)
-        recorded.setdefault(row["task"], []).append(row)
-    app = create_app(
-        lambda: ReplayEnvironment(recorded),
-        BrowserGymAction,
-        BrowserGymObservation,
-        env_name="browsergym_replay",
-        state_cls=BrowserGymState,
-        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions),
-    )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        threading.Event().wait(0.05)
-    return f"http://127.0.0.1:{port}"
 
 
 def build_policy(directory: Path, tiny: bool) -> str:
@@ -127,10 +63,13 @@ class StepTimes(TrainerCallback):
 
 def one_setup(setup: str, steps: int, tiny: bool, train_options: list[str]) -> dict:
     """One setup ("full" or "lora", "+vllm" for vLLM) in this process: train `steps` steps, return its figures."""
-    sys.path.insert(0, str(ROOT))  # train.py is the checkout's command, beside bench/, not an installed module
+    # train.py is the checkout's command, beside bench/, not an installed module; the replay environment is the
+    # tests' stand-in for the server where no browser runs, in tests/.
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
     import train  # here, in each setup's process: the process that starts them has no use for TRL's import
     from browser_rl.command_line import parse_command_line
     from browser_rl.trainer import RecipeTrainer
+    from replay_environment import serve_replay
 
     # Random weights solve nothing, so every advantage is zero and the trainer would run none of the step's
     # micro-batches: run them all, as a step whose every episode has an advantage, the most a step costs.

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from bench.gpu_step import RECORDED, serve_replay
 from env_client import BrowserGymEnv
 from helpers import ROOT
+from replay_environment import RECORDED, serve_replay
 from web_env.models import BrowserGymAction
 
 

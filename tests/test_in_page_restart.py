@@ -1,6 +1,6 @@
 """An episode restarted in the page its task already loaded is the episode a fresh load of the same seed gives, and
 every MiniWoB task restarts so but those in_page_restart.LOADED_AFRESH lists, each with its reason, and the date
-picker's after an episode that left it open. The environment runs in this process, as bench/restarts.py runs it:
+picker's after an episode that left it open. The environment runs in this process, through tests/restart_harness.py:
 sessions that restart whenever they can, and ones that load every episode, on a pair of browsers for each of the
 task sequences played side by side.
 
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bench import restarts
+import restart_harness as harness
 from browser_rl.tasks import PRESETS
 from helpers import side_by_side, wait_for
 from web_env.server import environment
@@ -27,7 +27,7 @@ SEEDS = int(os.environ.get("BROWSER_RL_RESTART_SEEDS", "1"))
 # on is mostly an action that waits out BrowserGym's 500 ms on an element the page refuses. Four kept the two cores
 # busier (1.6 to 1.8 of them, against 1.0 to 1.3) and took 50 s off, but beside two busy processes (load 9.8) two
 # fresh loads of form-sequence-3 differed in the scroll of the box of no size its dropdown hides the select in, which
-# restarts.PAGE_STATE has left out since (it shows nothing; a refused click leaves it as far as the deadline let
+# harness.PAGE_STATE has left out since (it shows nothing; a refused click leaves it as far as the deadline let
 # Playwright's retries scroll it); two sequences were kept, four not measured again.
 SEQUENCES = 2
 # Aged pages in the suite: tasks whose state crossed a restart before restarts put back the focus and form controls
@@ -44,23 +44,23 @@ LEAVES_THE_DATE_PICKER = {"half done", "played out", "roughed up"}
 @pytest.fixture(scope="module")
 def pool():
     """A pair of browsers for each of the slow tier's task sequences: a browser runs one call at a time."""
-    return restarts.browsers(2 * SEQUENCES)
+    return harness.browsers(2 * SEQUENCES)
 
 
 @pytest.fixture(scope="module")
 def loading(pool):
-    with restarts.new_session(pool, reload_every=1) as session:
+    with harness.new_session(pool, reload_every=1) as session:
         yield session
 
 
 @pytest.fixture
 def restarting(pool):
-    with restarts.new_session(pool) as session:
+    with harness.new_session(pool) as session:
         yield session
 
 
 def reset(session, task: str, seed: int) -> dict:
-    return session.reset(task_name=task, seed=seed, fields=restarts.FIELDS).metadata
+    return session.reset(task_name=task, seed=seed, fields=harness.FIELDS).metadata
 
 
 def evaluate(session, script: str):
@@ -74,17 +74,17 @@ def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
     episodes. One browser context for all: a new one per task would cost a third of a second and compare nothing
     more."""
     results = {}
-    with restarts.new_session(pool) as restarting, restarts.new_session(pool, reload_every=1) as loading:
+    with harness.new_session(pool) as restarting, harness.new_session(pool, reload_every=1) as loading:
         for task in tasks:
             results[task] = []
             place = sorted(TASK_CLASSES).index(task)
             for n, seed in enumerate(range(11, 11 + max(SEEDS, 3 if task == "click-test" else 1))):
-                before = restarts.BEFORE[(place + n) % len(restarts.BEFORE)]
+                before = harness.BEFORE[(place + n) % len(harness.BEFORE)]
                 if task in LOADED_AFRESH:  # never restarted, so there is no restart to compare
-                    restarts.leave(restarting, task, seed + 1000, before)
+                    harness.leave(restarting, task, seed + 1000, before)
                     results[task].append((seed, before, reset(restarting, task, seed), None, None))
                     continue
-                compared = restarts.restarted_and_loaded(restarting, loading, task, seed, before, right=n % 2 == 0)
+                compared = harness.restarted_and_loaded(restarting, loading, task, seed, before, right=n % 2 == 0)
                 results[task].append((seed, before, *compared))
     return results
 
@@ -109,13 +109,13 @@ def test_every_task_but_those_listed_restarts_in_the_page_into_the_episode_a_fre
             assert metadata["loaded_because"].startswith("the last episode left"), (task, seed, before, metadata)
         else:
             assert metadata["restarted_in_page"], (task, seed, before, metadata)
-        assert episode == reference, (task, seed, before, restarts.first_difference(episode, reference))
+        assert episode == reference, (task, seed, before, harness.first_difference(episode, reference))
 
 
 @pytest.fixture(scope="module")
 def aged_and_compared(pool):
     def age(tasks: list[str]) -> dict:
-        return {task: restarts.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1) for task in tasks}
+        return {task: harness.aging(pool, task, episodes=AGING_EPISODES, actions=3, seeds=1) for task in tasks}
 
     return side_by_side(AGED + PRESETS["page-reading"], age, SEQUENCES)
 
@@ -190,10 +190,10 @@ def test_a_widget_an_episode_filled_and_hid_outside_the_task_area_is_emptied_by_
     reset(restarting, "choose-date-nodelay", 1)
     evaluate(restarting, "() => { $('#datepicker').datepicker('show'); $('#datepicker').datepicker('hide'); }")
     assert evaluate(restarting, "document.querySelector('#ui-datepicker-div').childElementCount") > 0
-    metadata, episode = restarts.play(restarting, "choose-date-nodelay", 2, right=True)
-    _, reference = restarts.play(loading, "choose-date-nodelay", 2, right=True)
+    metadata, episode = harness.play(restarting, "choose-date-nodelay", 2, right=True)
+    _, reference = harness.play(loading, "choose-date-nodelay", 2, right=True)
     assert metadata["restarted_in_page"], metadata
-    assert episode == reference, restarts.first_difference(episode, reference)
+    assert episode == reference, harness.first_difference(episode, reference)
 
 
 @pytest.mark.parametrize("session", ["restarting", "loading"])
@@ -201,9 +201,9 @@ def test_the_pointer_an_episode_left_over_the_page_hovers_nothing_in_the_next(re
     # Left where the last episode's hover put it, the pointer would hover what the next episode's page puts there:
     # jQuery UI's menu then opens the submenu under it, which a new page's pointer does not.
     session = request.getfixturevalue(session)
-    page = session.reset(task_name="click-menu", seed=1, fields=restarts.FIELDS).axtree_txt
-    item = next(bid for bid, role, _ in restarts.elements(page) if role == "menuitem")
-    assert not restarts.step(session, f"hover('{item}')").error
+    page = session.reset(task_name="click-menu", seed=1, fields=harness.FIELDS).axtree_txt
+    item = next(bid for bid, role, _ in harness.elements(page) if role == "menuitem")
+    assert not harness.step(session, f"hover('{item}')").error
     assert evaluate(session, "document.querySelectorAll('#area :hover').length") > 0
     reset(session, "click-menu", 2)
     evaluate(session, "() => new Promise(done => setTimeout(done, 500))")  # the menu opens a submenu after 300 ms
@@ -215,21 +215,21 @@ def test_a_compared_episode_s_menu_opens_no_submenu_a_hover_asks_for_until_its_t
     # load decided, it made a compared restart of click-menu differ from its fresh load on a busy CI run.
     submenus_shown = "() => [...document.querySelectorAll('#menu .ui-menu')].filter((m) => m.offsetHeight).length"
     for on, shown in [(False, 0), (True, 1)]:
-        page = restarting.reset(task_name="click-menu", seed=11, fields=restarts.FIELDS).axtree_txt
-        restarts.timed_effects(restarting, on=False)
-        restarts.timed_effects(restarting, on=on)
-        item = next(bid for bid, role, _ in restarts.elements(page) if role == "menuitem")  # Sherrie, with a submenu
-        assert not restarts.step(restarting, f"hover('{item}')").error
+        page = restarting.reset(task_name="click-menu", seed=11, fields=harness.FIELDS).axtree_txt
+        harness.timed_effects(restarting, on=False)
+        harness.timed_effects(restarting, on=on)
+        item = next(bid for bid, role, _ in harness.elements(page) if role == "menuitem")  # Sherrie, with a submenu
+        assert not harness.step(restarting, f"hover('{item}')").error
         evaluate(restarting, "() => new Promise(done => setTimeout(done, 500))")  # due after the menu's timer
         assert evaluate(restarting, submenus_shown) == shown, on
 
 
 @pytest.mark.slow  # a second's wait after each of the episode's observations, twice
 def test_settling_finds_the_page_that_changes_after_an_action_as_time_passes(loading):
-    # What `python bench/restarts.py settling` runs over every task: click-menu's compared episode holds still with
+    # What `python bench/harness.py settling` runs over every task: click-menu's compared episode holds still with
     # the page's timed effects off, and with them on shows the submenu a second after the click on its item.
-    assert restarts.settling(loading, "click-menu", timed_effects_on=False) == []
-    (changed,) = restarts.settling(loading, "click-menu", timed_effects_on=True)
+    assert harness.settling(loading, "click-menu", timed_effects_on=False) == []
+    (changed,) = harness.settling(loading, "click-menu", timed_effects_on=True)
     assert changed.startswith("click(") and "[21] menu ''" in changed, changed
 
 
@@ -256,13 +256,13 @@ def test_a_node_an_episode_left_hidden_outside_the_task_area_makes_the_next_rese
 def test_what_an_episode_did_to_the_page_the_task_does_not_rebuild_does_not_reach_the_next(
     restarting, loading, task, role, action
 ):
-    page = restarting.reset(task_name=task, seed=1, fields=restarts.FIELDS).axtree_txt
-    bid = next(bid for bid, element_role, _ in restarts.elements(page) if role in ("", element_role))
-    assert not restarts.step(restarting, action.format(bid=bid)).error
-    metadata, episode = restarts.play(restarting, task, 2, right=True)
-    _, reference = restarts.play(loading, task, 2, right=True)
+    page = restarting.reset(task_name=task, seed=1, fields=harness.FIELDS).axtree_txt
+    bid = next(bid for bid, element_role, _ in harness.elements(page) if role in ("", element_role))
+    assert not harness.step(restarting, action.format(bid=bid)).error
+    metadata, episode = harness.play(restarting, task, 2, right=True)
+    _, reference = harness.play(loading, task, 2, right=True)
     assert metadata["restarted_in_page"]
-    assert episode == reference, restarts.first_difference(episode, reference)
+    assert episode == reference, harness.first_difference(episode, reference)
 
 
 def browser_contexts(pool: BrowserPool) -> int:
@@ -277,10 +277,10 @@ def test_a_new_session_plays_in_the_page_a_closed_session_left_the_episode_a_fre
     left = closed._page
     closed.close()
     new = BrowserTaskEnvironment(keeping)
-    metadata, episode = restarts.play(new, "click-test", 3, right=True)
-    _, reference = restarts.play(loading, "click-test", 3, right=True)
+    metadata, episode = harness.play(new, "click-test", 3, right=True)
+    _, reference = harness.play(loading, "click-test", 3, right=True)
     assert new._page is left and metadata["restarted_in_page"] and metadata["page_of_a_closed_session"]
-    assert episode == reference, restarts.first_difference(episode, reference)
+    assert episode == reference, harness.first_difference(episode, reference)
     assert "page_of_a_closed_session" not in reset(new, "click-test", 4)  # only the session's first reset
     new.close()
 
@@ -330,7 +330,7 @@ def test_a_page_a_closed_session_left_is_closed_after_keep_s(pool):  # pool: the
 
 
 def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):
-    with restarts.new_session(pool, reload_every=3) as session:
+    with harness.new_session(pool, reload_every=3) as session:
         outcomes = [reset(session, "click-test", seed) for seed in range(7)]
     assert [o["restarted_in_page"] for o in outcomes] == [False, True, True, False, True, True, False]
     assert outcomes[3]["loaded_because"] == "the page has run 3 episodes (--reload_every 3)"
@@ -343,7 +343,7 @@ def test_a_session_moves_to_a_new_browser_context_every_context_episodes(restart
     while restarting._episodes_in_context < environment.CONTEXT_EPISODES:
         assert reset(restarting, "click-test", 2)["restarted_in_page"]
         assert restarting._context is context
-    renewed = restarting.reset(task_name="click-test", seed=3, fields=restarts.FIELDS)
+    renewed = restarting.reset(task_name="click-test", seed=3, fields=harness.FIELDS)
     assert restarting._context is not context
     assert renewed.metadata["loaded_because"] == "a new browser context every 3 episodes"
     assert renewed.goal == "Click the button." and "button 'Click Me!'" in renewed.axtree_txt

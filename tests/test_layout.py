@@ -163,6 +163,17 @@ def test_the_bench_index_lists_every_script_and_each_page_it_names_quotes_it():
             assert f"bench/{name}" in (ROOT / page.strip()).read_text(), (name, page)
 
 
+def test_no_test_imports_a_benchmark():
+    # bench/ holds scripts, run as commands; what a test and a benchmark both use lives in tests/ or a package.
+    importing = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            importing += [path.name for name in names if name.split(".")[0] == "bench"]
+    assert importing == []
+
+
 def test_the_readmes_results_table_is_the_one_its_script_makes_from_the_evaluations():
     # One source for the figures: the evaluations kept in docs/results/, read by bench/results.py.
     made = subprocess.run(

@@ -1,6 +1,6 @@
 """The learning benchmark's short version (GRPO must raise a weak policy's success rate on the real task), the
-supervised fine-tuning its warm-ups use, and bench/copying.py's synthetic text, from which the full benchmark's
-model learns to copy."""
+supervised fine-tuning its warm-ups use, and the synthetic text (warm_start/copying_text.py) from which the full
+benchmark's model learns to copy."""
 
 import json
 import random
@@ -14,11 +14,11 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bench.copying import SKILLS, accuracy
-from bench.copying import tokenizer as copying_tokenizer
 from browser_rl.episode_settings import DEFAULTS
 from browser_rl.options import ModelOptions
 from helpers import ROOT
+from warm_start.copying_text import SKILLS, accuracy
+from warm_start.copying_text import tokenizer as copying_tokenizer
 from warm_start.tiny_lfm2 import build_tiny_lfm2, build_tokenizer, miniwob_words
 from warm_start.warm_up import fine_tune
 from warm_start.weak_starts import weak_start_config
@@ -90,7 +90,7 @@ def test_the_tiny_tokenizer_with_miniwob_vocabulary_holds_names_words_and_elemen
 
 
 def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
-    """bench/copying.py's synthetic text: the supervised tokens of each skill are the answer, and nothing else."""
+    """The synthetic copying text: the supervised tokens of each skill are the answer, and nothing else."""
     rng = random.Random(0)
     quoted = []
     for _ in range(20):
