@@ -51,7 +51,7 @@ def main() -> None:
 
     held_out_rng, rng = random.Random(1), random.Random(0)
     held_out = {name: [make(held_out_rng) for _ in range(64)] for name, make in SKILLS.items()}
-    model = build_model(tokenizer, WIDTH, LAYERS)
+    model = build_model(tokenizer(), WIDTH, LAYERS)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     makers = [SKILLS[name] for name in args.skills]
@@ -73,7 +73,7 @@ def main() -> None:
             history.append(row)
             print(json.dumps(row), flush=True)
     model.save_pretrained(output_dir / "model")
-    tokenizer.save_pretrained(output_dir / "model")
+    tokenizer().save_pretrained(output_dir / "model")
     (output_dir / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in history))
 
 

@@ -103,16 +103,16 @@ def test_copying_supervises_exactly_the_tokens_that_can_only_be_copied():
         )
 
         tokens, supervised = SKILLS["quote"](rng)
-        said = re.findall(r"Say \"([^\"]+)\": '", copying_tokenizer.decode(tokens))
-        spans = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
+        said = re.findall(r"Say \"([^\"]+)\": '", copying_tokenizer().decode(tokens))
+        spans = [copying_tokenizer().decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
         assert spans == said
         quoted += said
 
         tokens, supervised = SKILLS["lookup"](rng)
-        text = copying_tokenizer.decode(tokens)
+        text = copying_tokenizer().decode(tokens)
         ids = {label: bid for bid, label in re.findall(r"\[(\d+)\] \w+ '([^']+)'", text)}
         asked = re.findall(r"Click \"([^\"]+)\": click\('", text)
-        answers = [copying_tokenizer.decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
+        answers = [copying_tokenizer().decode(tokens[i : i + n]) for i, n in supervised_spans(supervised)]
         assert len(asked) >= 2 and answers == [ids[label] for label in asked]
     words = set(miniwob_words())
     passwords = [text for text in quoted if not set(text.split()) <= words]
@@ -131,7 +131,7 @@ def test_copying_accuracy_scores_each_supervised_token_against_the_prediction_be
 
         def forward(self, input_ids, attention_mask):
             following = torch.roll(input_ids, -1 - self.shift, dims=1)
-            return SimpleNamespace(logits=torch.nn.functional.one_hot(following, len(copying_tokenizer)).float())
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(following, len(copying_tokenizer())).float())
 
     assert accuracy(Oracle(0), examples) == 1.0
     assert accuracy(Oracle(1), examples) < 0.1

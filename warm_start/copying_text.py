@@ -2,27 +2,34 @@
 by: three skills (repeat, quote, lookup), each example its tokens and which of them are supervised, in MiniWoB's words
 and element ids only (`miniwob_vocabulary`). bench/copying.py trains on it; docs/learning.md says what it taught."""
 
+import functools
 import random
 import string
 
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from warm_start.tiny_lfm2 import build_tokenizer, miniwob_words
 
 ALPHANUMERIC = string.ascii_letters + string.digits
 ROLES = ["button", "link", "textbox", "tab", "radio", "checkbox", "StaticText", "heading", "option"]
 
-tokenizer = build_tokenizer(miniwob_vocabulary=True)
 WORDS = miniwob_words()
 Example = tuple[list[int], list[bool]]  # tokens, and which of them are supervised
 
 
+@functools.cache
+def tokenizer() -> PreTrainedTokenizerFast:
+    """The tiny LFM2's tokenizer with MiniWoB's words whole, trained once, when first asked for."""
+    return build_tokenizer(miniwob_vocabulary=True)
+
+
 def encode(text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer().encode(text, add_special_tokens=False)
 
 
 def join(parts: list[tuple[str, bool]]) -> Example:
-    tokens, supervised = [tokenizer.bos_token_id], [False]
+    tokens, supervised = [tokenizer().bos_token_id], [False]
     for text, answer in parts:
         ids = encode(text)
         tokens += ids
@@ -70,7 +77,7 @@ SKILLS = {"repeat": repeat, "quote": quote, "lookup": lookup}
 def batch(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded tokens, attention mask, and labels: the supervised tokens, -100 elsewhere."""
     length = max(len(tokens) for tokens, _ in examples)
-    input_ids = torch.full((len(examples), length), tokenizer.pad_token_id)
+    input_ids = torch.full((len(examples), length), tokenizer().pad_token_id)
     attention_mask = torch.zeros_like(input_ids)
     labels = torch.full_like(input_ids, -100)
     for row, (tokens, supervised) in enumerate(examples):
