@@ -44,18 +44,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-# The harness the tests check restarts with, beside them in tests/.
+# The harness the tests check restarts with, and the sessions it plays in: beside the tests, in tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from in_process_sessions import browsers, new_session
 from restart_harness import (
     BEFORE,
     FIELDS,
     RESTARTED,
     TIME_DEPENDENT,
     aging,
-    browsers,
     first_difference,
     leave,
-    new_session,
     play_compared,
     settling,
 )

@@ -1,5 +1,4 @@
 import ast
-import contextlib
 import importlib.metadata
 import logging
 import queue
@@ -24,11 +23,7 @@ from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import BrowserGymEnv, LocalEnvServer
 from warm_start.plans import plan
-from web_env import task_modules
 from web_env.models import BrowserGymObservation
-from web_env.server import browser_setup
-from web_env.server.browsers import BrowserPool
-from web_env.server.environment import BrowserTaskEnvironment
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,25 +337,6 @@ def side_by_side(tasks: list[str], play_in_order, sequences: int) -> dict:
     with ThreadPoolExecutor(max_workers=sequences) as running:
         parts = running.map(play_in_order, [tasks[start::sequences] for start in range(sequences)])
         return {task: result for part in parts for task, result in part.items()}
-
-
-@contextlib.contextmanager
-def sessions_in_this_process(modules: list[str]):
-    """The server's environment in this process, with the task modules `modules` loaded: a function that opens a
-    session on one shared browser; every session it opened is closed at the end."""
-    browser_setup.prepare()
-    task_modules.load(modules)
-    pool, sessions = BrowserPool(1), []
-
-    def session() -> BrowserTaskEnvironment:
-        sessions.append(BrowserTaskEnvironment(pool))
-        return sessions[-1]
-
-    try:
-        yield session
-    finally:
-        for env in sessions:
-            env.close()
 
 
 # A page that keeps its renderer busy 100 ms a frame, as a busy machine keeps it, whatever the machine's load: each of

@@ -10,9 +10,9 @@ import random
 import re
 from collections import Counter
 
+from in_process_sessions import new_session
 from warm_start.plans import PLANS, plan
 from web_env.models import BrowserGymAction
-from web_env.server import browser_setup
 from web_env.server.browsers import BrowserPool
 from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
 
@@ -70,22 +70,6 @@ KEYS = [
     "a",
     "7",
 ]
-
-
-def browsers(count: int = 2) -> BrowserPool:
-    """Browsers, as the server runs them, in this process."""
-    browser_setup.prepare()
-    return BrowserPool(count)
-
-
-@contextlib.contextmanager
-def new_session(pool: BrowserPool, **options):
-    """A session (its own browser context) for the length of a `with` block."""
-    session = BrowserTaskEnvironment(pool, **options)
-    try:
-        yield session
-    finally:
-        session.close()
 
 
 def elements(page: str) -> list[tuple[str, str, str]]:

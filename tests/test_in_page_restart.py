@@ -17,6 +17,7 @@ import pytest
 import restart_harness as harness
 from browser_rl.tasks import PRESETS
 from helpers import side_by_side, wait_for
+from in_process_sessions import browsers, new_session
 from web_env.server import environment
 from web_env.server.browsers import BrowserPool
 from web_env.server.environment import TASK_CLASSES, BrowserTaskEnvironment
@@ -44,18 +45,18 @@ LEAVES_THE_DATE_PICKER = {"half done", "played out", "roughed up"}
 @pytest.fixture(scope="module")
 def pool():
     """A pair of browsers for each of the slow tier's task sequences: a browser runs one call at a time."""
-    return harness.browsers(2 * SEQUENCES)
+    return browsers(2 * SEQUENCES)
 
 
 @pytest.fixture(scope="module")
 def loading(pool):
-    with harness.new_session(pool, reload_every=1) as session:
+    with new_session(pool, reload_every=1) as session:
         yield session
 
 
 @pytest.fixture
 def restarting(pool):
-    with harness.new_session(pool) as session:
+    with new_session(pool) as session:
         yield session
 
 
@@ -74,7 +75,7 @@ def restarts_compared(pool, tasks: list[str]) -> dict[str, list]:
     episodes. One browser context for all: a new one per task would cost a third of a second and compare nothing
     more."""
     results = {}
-    with harness.new_session(pool) as restarting, harness.new_session(pool, reload_every=1) as loading:
+    with new_session(pool) as restarting, new_session(pool, reload_every=1) as loading:
         for task in tasks:
             results[task] = []
             place = sorted(TASK_CLASSES).index(task)
@@ -330,7 +331,7 @@ def test_a_page_a_closed_session_left_is_closed_after_keep_s(pool):  # pool: the
 
 
 def test_a_page_is_loaded_afresh_every_reload_every_episodes(pool):
-    with harness.new_session(pool, reload_every=3) as session:
+    with new_session(pool, reload_every=3) as session:
         outcomes = [reset(session, "click-test", seed) for seed in range(7)]
     assert [o["restarted_in_page"] for o in outcomes] == [False, True, True, False, True, True, False]
     assert outcomes[3]["loaded_because"] == "the page has run 3 episodes (--reload_every 3)"

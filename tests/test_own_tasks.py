@@ -22,7 +22,8 @@ from browser_rl.evaluation import evaluate
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
-from helpers import ROOT, keep_renderer_busy, sessions_in_this_process, train_here
+from helpers import ROOT, keep_renderer_busy, train_here
+from in_process_sessions import sessions_in_this_process
 from warm_start.demonstrations import load
 from warm_start.record import main as record_main
 from web_env import task_modules

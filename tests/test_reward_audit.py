@@ -7,7 +7,6 @@ reports it (its observation's `raw_reward`) by rewards.solved, beside BrowserGym
 The pages whose endings the allowed actions reach are played again through the server's wire, by OpenEnv's public
 client: the reward any client gets."""
 
-import contextlib
 import math
 import re
 import subprocess
@@ -26,12 +25,10 @@ from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from browser_rl.tasks import TaskSampler
 from helpers import ROOT, side_by_side
+from in_process_sessions import browsers, new_session
 from warm_start.page_tree import find, nodes
 from web_env import scoring
 from web_env.models import BrowserGymAction
-from web_env.server import browser_setup
-from web_env.server.browsers import BrowserPool
-from web_env.server.environment import BrowserTaskEnvironment
 
 SEEDS = (0, 1, 2)
 OBSERVED = ["goal", "axtree_txt", "error"]
@@ -121,12 +118,11 @@ def scored_endings(session, task: str) -> list[tuple]:
 @pytest.fixture(scope="module")
 def audited():
     """{task: its seeds' scored endings, or what playing them raised}, SESSIONS sequences of tasks side by side."""
-    browser_setup.prepare()
-    pool = BrowserPool(SESSIONS)
+    pool = browsers(SESSIONS)
 
     def play_in_order(tasks: list[str]) -> dict:
         results = {}
-        with contextlib.closing(BrowserTaskEnvironment(pool, reload_every=1)) as session:
+        with new_session(pool, reload_every=1) as session:
             for task in tasks:
                 try:
                     results[task] = scored_endings(session, task)

@@ -23,7 +23,8 @@ from browser_rl.prompts import ChatTurns
 from browser_rl.rollout import EpisodeRunner
 from browser_rl.servers import ServerPool
 from env_client import LocalEnvServer
-from helpers import ROOT, alive, keep_renderer_busy, sessions_in_this_process, wait_for
+from helpers import ROOT, alive, keep_renderer_busy, wait_for
+from in_process_sessions import sessions_in_this_process
 from warm_start import record, warm_up
 from warm_start.demonstrations import load
 from warm_start.experts import expert_policy, known_experts
