@@ -101,12 +101,12 @@ def end_of_turn_ids(model, tokenizer) -> list[int]:
 def policy_generation_config(tokenizer, eos_token_ids: list[int], temperature: float, max_new_tokens: int):
     """A loaded policy's sampling at `temperature` (0: greedy)."""
     # top_k=0 and top_p=1: sample from the whole distribution, as training does by default.
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
+    sampling_options = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature else {}
     return GenerationConfig(
         max_new_tokens=max_new_tokens,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=eos_token_ids,
-        **(sampling or {"do_sample": False}),
+        **(sampling_options or {"do_sample": False}),
     )
 
 
