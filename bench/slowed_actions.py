@@ -4,16 +4,21 @@ DevTools' CPU throttling, on the environment's short path and on BrowserGym's ow
     python bench/slowed_actions.py --task click-pie --seeds 20            # the drawing, taller than the view
     python bench/slowed_actions.py --task click-collapsible-2 --rate 60
 
-For each seed, each path's session (a browser context of its own) resets the task and plays
-the actions the restart comparison plays (bench/restarts.py: the scripted plan's, else a click or fill of the page's
-first elements), each with the renderer `--rate` times slower. It prints, per path, how many actions were reported
+For each seed, each path's session (a browser context of its own) resets the task and plays the actions the restart
+comparison plays (tests/restart_harness.py: the scripted plan's, else a click or fill of the page's first elements),
+each with the renderer `--rate` times slower. It prints, per path, how many actions were reported
 failed and how many episodes were solved: an action that did what it asked and was reported failed is a step that
 depends on how busy the machine is (docs/environment.md, the short path).
 """
 
 import argparse
+import sys
+from pathlib import Path
 
-from restarts import FIELDS, browsers, fixed_actions, new_session, renderer_slowed, step
+# The restart comparison's harness and the sessions it plays in: beside the tests, in tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from in_process_sessions import browsers, new_session
+from restart_harness import FIELDS, fixed_actions, renderer_slowed, step
 
 PATHS = {"short path": {}, "BrowserGym's code": {"browsergym_actions": True}}
 
