@@ -15,14 +15,9 @@ def browsers(count: int = 1) -> BrowserPool:
     return BrowserPool(count)
 
 
-@contextlib.contextmanager
-def new_session(pool: BrowserPool, **options):
+def new_session(pool: BrowserPool, **options) -> contextlib.closing[BrowserTaskEnvironment]:
     """A session (its own browser context, `options` as the server's) for the length of a `with` block."""
-    session = BrowserTaskEnvironment(pool, **options)
-    try:
-        yield session
-    finally:
-        session.close()
+    return contextlib.closing(BrowserTaskEnvironment(pool, **options))
 
 
 @contextlib.contextmanager
