@@ -143,16 +143,11 @@ def first_prompt(env_server, tokenizer, task: str, seed: int) -> tuple[BrowserGy
 
 def third_party_distributions(*files: str) -> dict[str, set[str]]:
     """For each third-party module the files import: the distributions that provide it (lower-cased)."""
-    modules = set()
-    for path in files:
-        for node in ast.walk(ast.parse((ROOT / path).read_text())):
-            if isinstance(node, ast.Import):
-                modules |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                modules.add(node.module.split(".")[0])
     providers = importlib.metadata.packages_distributions()
     return {
-        m: {d.lower() for d in providers[m]} for m in modules if m not in sys.stdlib_module_names and not is_local(m)
+        m: {d.lower() for d in providers[m]}
+        for m in imported_modules(*files)
+        if m not in sys.stdlib_module_names and not is_local(m)
     }
 
 
@@ -163,13 +158,18 @@ def is_local(module: str) -> bool:
 
 def local_modules(*files: str) -> set[str]:
     """The project's own modules that the files import."""
+    return {m for m in imported_modules(*files) if is_local(m)}
+
+
+def imported_modules(*files: str) -> set[str]:
+    """The top-level names of every module the files import (absolute imports; paths relative to the root)."""
     modules = set()
     for path in files:
         for node in ast.walk(ast.parse((ROOT / path).read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module]
-            modules |= {n.split(".")[0] for n in names if is_local(n.split(".")[0])}
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.add(node.module.split(".")[0])
     return modules
 
 
