@@ -27,10 +27,13 @@ MAX_TASK_LINES = 8  # more tasks than this, and the learning curve draws one lin
 
 # Warnings of libraries that the project cannot act on, said once here instead of in every run (message start,
 # category): TRL marks `rollout_func` experimental, and the recipe relies on it knowingly (the tests pin its
-# contract); TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing`.
+# contract); TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing`, and with activation
+# checkpointing on calls its deprecated `gradient_checkpointing_disable` and `_enable` around each generation.
 THIRD_PARTY_WARNINGS = [
     ("You are using 'rollout_func'", UserWarning),
     ("`is_gradient_checkpointing` is deprecated", FutureWarning),
+    ("`gradient_checkpointing_disable` is deprecated", FutureWarning),
+    ("`gradient_checkpointing_enable` is deprecated", FutureWarning),
 ]
 
 
