@@ -6,9 +6,9 @@ DevTools' CPU throttling, on the environment's short path and on BrowserGym's ow
 
 For each seed, each path's session (a browser context of its own) resets the task and plays the actions the restart
 comparison plays (tests/restart_harness.py: the scripted plan's, else a click or fill of the page's first elements),
-each with the renderer `--rate` times slower. It prints, per path, how many actions were reported
-failed and how many episodes were solved: an action that did what it asked and was reported failed is a step that
-depends on how busy the machine is (docs/environment.md, the short path).
+each with the renderer `--rate` times slower. It prints, per path, how many actions were reported failed and how many
+episodes were solved: an action that did what it asked and was reported failed is a step that depends on how busy the
+machine is (docs/environment.md, the short path).
 """
 
 import argparse
