@@ -5,7 +5,9 @@ import fs from "fs";
 import {getLlama} from "node-llama-cpp";
 
 const [modelPath, contextsPath] = process.argv.slice(2);
-const llama = await getLlama({gpu: false, build: "never"});
+// One thread: llama.cpp's threads wait for each other by spinning, and node-llama-cpp starts at least 4. Beside the
+// other test process on 2 cores, 4 threads took 225 s for these replies, 1 took 15.
+const llama = await getLlama({gpu: false, build: "never", maxThreads: 1});
 const model = await llama.loadModel({modelPath});
 const answers = [];
 for (const {text, ids, max_tokens} of JSON.parse(fs.readFileSync(contextsPath))) {

@@ -124,12 +124,18 @@ def test_an_architecture_the_exporter_does_not_cover_is_refused_in_one_line(tiny
     assert capsys.readouterr().err.splitlines()[-1] == refused  # after transformers' bar of the weights it read
 
 
+@pytest.fixture(scope="module")
+def real_model_exported(real_model, tmp_path_factory):
+    """The real model exported in full precision, once for the two tests that read it (slow tier)."""
+    output = tmp_path_factory.mktemp("real-gguf") / "smollm2.gguf"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        export(monkeypatch, real_model, output, "--outtype", "f32")
+    return output
+
+
 @pytest.mark.slow
-def test_the_real_model_s_file_is_laid_out_as_llama_cpp_lays_out_the_same_model(
-    real_model, real_gguf, tmp_path, monkeypatch
-):
-    export(monkeypatch, real_model, tmp_path / "smollm2.gguf", "--outtype", "f32")
-    ours, theirs = gguf.GGUFReader(tmp_path / "smollm2.gguf"), gguf.GGUFReader(real_gguf)
+def test_the_real_model_s_file_is_laid_out_as_llama_cpp_lays_out_the_same_model(real_model_exported, real_gguf):
+    ours, theirs = gguf.GGUFReader(real_model_exported), gguf.GGUFReader(real_gguf)
     assert {t.name: list(t.shape) for t in ours.tensors} == {t.name: list(t.shape) for t in theirs.tensors}
     keys = {"general.architecture", "tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}
     keys |= {k for k in theirs.fields if k.startswith("llama.")} | {"tokenizer.ggml.merges", "tokenizer.chat_template"}
@@ -147,10 +153,9 @@ def node_llama_cpp(folder: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("npm") is None, reason="no npm here: llama.cpp's prebuilt build comes from npm")
 def test_llama_cpp_reads_the_exported_real_model_and_replies_as_transformers_does(
-    real_model, tmp_path_factory, worker_id, tmp_path, monkeypatch
+    real_model, real_model_exported, tmp_path_factory, worker_id, tmp_path
 ):
     llama_cpp = made_once(tmp_path_factory, worker_id, "llama-cpp", node_llama_cpp)
-    export(monkeypatch, real_model, tmp_path / "smollm2.gguf", "--outtype", "f32")
     model, tokenizer = AutoModelForCausalLM.from_pretrained(real_model), AutoTokenizer.from_pretrained(real_model)
     turns = ChatTurns(tokenizer, max_page_chars=2000)
     contexts = []
@@ -162,7 +167,7 @@ def test_llama_cpp_reads_the_exported_real_model_and_replies_as_transformers_doe
     (tmp_path / "contexts.json").write_text(json.dumps(contexts))
     script = shutil.copy(Path(__file__).with_name("llama_cpp_replies.mjs"), llama_cpp)
     run = subprocess.run(
-        ["node", script, str(tmp_path / "smollm2.gguf"), str(tmp_path / "contexts.json")],
+        ["node", script, str(real_model_exported), str(tmp_path / "contexts.json")],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
