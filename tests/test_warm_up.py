@@ -12,7 +12,7 @@ from datasets import Dataset
 from huggingface_hub import RepoUrl
 from transformers import AutoModelForCausalLM
 
-from browser_rl import episode_settings
+from browser_rl import agent, episode_settings
 from browser_rl.command_line import parse_command_line
 from browser_rl.command_options import FIRST_DEMONSTRATION_SEED, WarmUpArguments
 from browser_rl.episode_settings import EpisodeSettings
@@ -153,8 +153,18 @@ def test_a_bad_demonstrations_file_stops_warm_up_before_a_model_is_loaded(tiny_m
 
 
 def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with(
-    half_right_model, env_server, tmp_path
+    half_right_model, env_server, tmp_path, monkeypatch
 ):
+    fed = []  # the tokens of each forward pass of the recorder's model
+
+    def counting(path):
+        model, tokenizer = load_policy(path)
+        model.register_forward_pre_hook(
+            lambda _, args, kwargs: fed.append(kwargs["input_ids"].numel()), with_kwargs=True
+        )
+        return model, tokenizer
+
+    monkeypatch.setattr(agent, "load_policy", counting)
     demonstrations = tmp_path / "own.jsonl"
     record.main(
         [
@@ -174,6 +184,10 @@ def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_setti
         first_page = BrowserGymObservation(goal=row.goal, axtree_txt=row.turns[0].page, text="")
         (reply,) = model_generate(model, tokenizer, 0, 32)([chat.first_prompt(first_page)])
         assert row.turns[0].reply == tokenizer.decode(reply.ids, skip_special_tokens=True)
+    # Sampled as evaluate.py samples: what a batch's first prompts share (the system prompt) prefilled once, so the
+    # recorder fed its model fewer tokens than the 8 prompts hold (a batched generate feeds them all, padded).
+    prompts = [chat.first_prompt(BrowserGymObservation(goal=r.goal, axtree_txt=r.turns[0].page, text="")) for r in rows]
+    assert 0 < sum(fed) < sum(map(len, prompts))
     assert len(load(demonstrations)) == sum(row.solved for row in rows)  # the warm-up learns its successes alone
     with pytest.raises(ConfigError, match="sampled_by and replies each say who plays the episodes"):
         record.main(

@@ -15,18 +15,19 @@ import logging
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
+from functools import partial
 
 from transformers import AutoTokenizer
 
 from browser_rl import episode_settings
+from browser_rl.agent import load_agent
 from browser_rl.command_line import parse_command_line, run_command
 from browser_rl.command_options import RecordArguments
 from browser_rl.episode_settings import EpisodeSettings
 from browser_rl.errors import MAX_ENV_FAILURES, ConfigError
-from browser_rl.generation import load_policy, model_generate
 from browser_rl.model_source import resolve_model
 from browser_rl.options import EpisodeArguments, ModelOptions, ServerArguments, TaskArguments
-from browser_rl.rollout import EpisodeRunner, Policy, model_policy
+from browser_rl.rollout import EpisodeRunner, Policy
 from browser_rl.servers import ServerPool, open_server_pool
 from browser_rl.tasks import TaskInstance
 from env_client import LocalEnvServer
@@ -40,12 +41,14 @@ OPTIONS = (RecordArguments, TaskArguments, EpisodeArguments, ServerArguments, Mo
 BATCH = 16  # episodes played at once
 
 
-def record(runner: EpisodeRunner, instances: list[TaskInstance], policy: Policy) -> list[Demonstration]:
-    """Plays (task, seed) episodes with `policy` on `runner`'s sessions, BATCH at a time, and keeps each as a
-    demonstration of the settings it was played with."""
+def record(
+    runner: EpisodeRunner, instances: list[TaskInstance], policy_for_batch: Callable[[], Policy]
+) -> list[Demonstration]:
+    """Plays (task, seed) episodes on `runner`'s sessions, BATCH at a time, each batch with a policy
+    `policy_for_batch` makes, and keeps each as a demonstration of the settings it was played with."""
     demonstrations = []
     for start in range(0, len(instances), BATCH):
-        episodes = runner.run_until_played(instances[start : start + BATCH], policy)
+        episodes = runner.run_until_played(instances[start : start + BATCH], policy_for_batch())
         demonstrations += [of_episode(episode, runner.settings) for episode in episodes]
         log.info("recorded %d of %d episodes", len(demonstrations), len(instances))
     return demonstrations
@@ -55,7 +58,7 @@ def record_experts(
     runner: EpisodeRunner, instances: list[TaskInstance], experts: dict[str, Expert]
 ) -> list[Demonstration]:
     """The episodes of `experts` (by task), each reading the page as the runner's prompt shows it to the policy."""
-    return record(runner, instances, expert_policy(runner.chat, experts))
+    return record(runner, instances, partial(expert_policy, runner.chat, experts))
 
 
 def record_mix(
@@ -72,24 +75,15 @@ def record_mix(
     that ends there renders as one that ran out of turns: each is a demonstration under `settings`."""
     instances = [(task, seed) for seed in seeds]
     with closing(EpisodeRunner(servers, tokenizer, settings, True, max_env_failures)) as runner:
-        right = record(runner, instances, choosing(tokenizer, replies, 0))
+        right = record(runner, instances, partial(choosing, tokenizer, replies, 0))
     task_plan = plan(task, right[0].goal, right[0].turns[0].page)
     steps, count = len(task_plan.right), len(replies(task_plan, 0))
     if steps > settings.max_turns:
         raise ConfigError(f"max_turns: {task}'s plan takes {steps} actions, more than max_turns {settings.max_turns}")
     ending_there = replace(settings, max_turns=steps)
     with closing(EpisodeRunner(servers, tokenizer, ending_there, True, max_env_failures)) as runner:
-        mixed = [record(runner, instances, choosing(tokenizer, replies, j)) for j in range(1, count)]
+        mixed = [record(runner, instances, partial(choosing, tokenizer, replies, j)) for j in range(1, count)]
     return right + [d.model_copy(update={"settings": settings}) for of_reply in mixed for d in of_reply]
-
-
-def sampled_by(model_path: str, args: RecordArguments) -> tuple[Policy, episode_settings.Resolved]:
-    """A model's own sampling, each batch's contexts generated whole (no cache kept from batch to batch), and the
-    episode settings it was trained with."""
-    path = resolve_model(model_path, "sampled_by")
-    model, tokenizer = load_policy(path)
-    policy = model_policy(model_generate(model, tokenizer, args.temperature, args.max_new_tokens))
-    return policy, episode_settings.saved_with(path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,7 +108,9 @@ def record_demonstrations(
         raise ConfigError(f"tasks: no {'scripted plan' if args.replies else 'expert'} for {', '.join(missing)}")
     if not model_args.model_name_or_path:
         raise ConfigError("model_name_or_path: the policy whose tokenizer renders the episodes")
-    own_episodes, made_with = sampled_by(args.sampled_by, args) if args.sampled_by else (None, None)
+    # A model's own episodes, each batch sampled as evaluate.py samples (a fresh turn cache a batch).
+    own = load_agent(args.sampled_by, "sampled_by", args.temperature, args.max_new_tokens) if args.sampled_by else None
+    made_with = own.made_with if own else None
     settings = episode_settings.resolve(episodes, made_with, args.sampled_by or args.demonstrations).settings
     policy = resolve_model(model_args.model_name_or_path, "model_name_or_path")  # a .gguf file: its checkpoint
     tokenizer = AutoTokenizer.from_pretrained(policy, revision=model_args.model_revision)
@@ -134,10 +130,10 @@ def record_demonstrations(
             runner = stack.enter_context(
                 closing(EpisodeRunner(pool, tokenizer, settings, max_env_failures=servers.max_env_failures))
             )
-            if own_episodes is None:
+            if own is None:
                 demonstrations = record_experts(runner, instances, scripted)
             else:
-                demonstrations = record(runner, instances, own_episodes)
+                demonstrations = record(runner, instances, own.policy)
     save(demonstrations, args.demonstrations)
     solved_count = sum(d.solved for d in demonstrations)
     print(f"{len(demonstrations)} episodes ({solved_count} solved) written to {args.demonstrations}")
