@@ -5,8 +5,8 @@ import fs from "fs";
 import {getLlama} from "node-llama-cpp";
 
 const [modelPath, contextsPath] = process.argv.slice(2);
-// One thread: llama.cpp's threads wait for each other by spinning, and node-llama-cpp starts at least 4. Beside the
-// other test process on 2 cores, 4 threads took 225 s for these replies, 1 took 15.
+// One thread: llama.cpp's threads wait for each other by spinning, and node-llama-cpp starts at least 4. On 2 cores
+// busy with other work (a warm-up), 4 threads took 225 s for these replies, 1 took 15.
 const llama = await getLlama({gpu: false, build: "never", maxThreads: 1});
 const model = await llama.loadModel({modelPath});
 const answers = [];

@@ -180,13 +180,14 @@ def test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_setti
     # Each reply is the model's own (greedy here, so that it can be written again): its reply to the page recorded.
     model, tokenizer = load_policy(half_right_model)
     chat = ChatTurns(tokenizer, rows[0].settings.max_page_chars)
-    for row in rows:
-        first_page = BrowserGymObservation(goal=row.goal, axtree_txt=row.turns[0].page, text="")
-        (reply,) = model_generate(model, tokenizer, 0, 32)([chat.first_prompt(first_page)])
+    prompts = [
+        chat.first_prompt(BrowserGymObservation(goal=row.goal, axtree_txt=row.turns[0].page, text="")) for row in rows
+    ]
+    for row, prompt in zip(rows, prompts):
+        (reply,) = model_generate(model, tokenizer, 0, 32)([prompt])
         assert row.turns[0].reply == tokenizer.decode(reply.ids, skip_special_tokens=True)
     # Sampled as evaluate.py samples: what a batch's first prompts share (the system prompt) prefilled once, so the
     # recorder fed its model fewer tokens than the 8 prompts hold (a batched generate feeds them all, padded).
-    prompts = [chat.first_prompt(BrowserGymObservation(goal=r.goal, axtree_txt=r.turns[0].page, text="")) for r in rows]
     assert 0 < sum(fed) < sum(map(len, prompts))
     assert len(load(demonstrations)) == sum(row.solved for row in rows)  # the warm-up learns its successes alone
     with pytest.raises(ConfigError, match="sampled_by and replies each say who plays the episodes"):
