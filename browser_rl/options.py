@@ -199,6 +199,14 @@ class SftPhaseArguments:
             raise ValueError(f"success_buffer_size must be positive, got {self.success_buffer_size}")
 
 
+def checkpoint_activations_by_trls_default(config) -> None:
+    """TRL's configs default its `gradient_checkpointing` to on, a name transformers 5 keeps as a deprecated alias of
+    `activation_checkpointing`: a config that sets neither would warn of the deprecation in every run. The alias's
+    value (TRL's default, or the user's) is given under the current name instead."""
+    if config.activation_checkpointing is None:
+        config.activation_checkpointing = config.gradient_checkpointing
+
+
 @dataclass
 class RecipeConfig(GRPOConfig):
     """GRPOConfig that runs on a machine without CUDA instead of refusing to (fp32, transformers generation unless
@@ -243,6 +251,7 @@ class RecipeConfig(GRPOConfig):
             # Without it, ranks under torchrun on the CPU each train a model of their own: no process group, no DDP.
             # One process needs no group (and an inherited LOCAL_RANK must not make it open one).
             self.use_cpu = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        checkpoint_activations_by_trls_default(self)
         super().__post_init__()
 
 

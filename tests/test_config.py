@@ -66,6 +66,23 @@ def test_a_shipped_warm_up_config_parses_and_sets_no_deprecated_option(config):
     assert args.demonstrations and model_args.model_name_or_path and sft_config.completion_only_loss
 
 
+@pytest.mark.parametrize(
+    "options, required",
+    [(train.OPTIONS, []), (warm_up.OPTIONS, ["--demonstrations", "episodes.jsonl"])],
+    ids=["train", "warm_up"],
+)
+def test_a_config_without_activation_checkpointing_warns_of_nothing_and_keeps_trls_default(options, required):
+    """TRL defaults the deprecated alias `gradient_checkpointing` to on; a user's config that leaves both unset must
+    not print transformers' deprecation in every run, and the alias still turns it off."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = parse_command_line(options, required)[-2]
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+    assert config.activation_checkpointing is True
+    config = parse_command_line(options, [*required, "--gradient_checkpointing", "false"])[-2]
+    assert config.activation_checkpointing is False
+
+
 def test_the_recipe_asks_for_colocated_vllm_on_the_gpu():
     recipe = yaml.safe_load((ROOT / "config.yaml").read_text())
     assert recipe["use_vllm"] is True and recipe["vllm_mode"] == "colocate" and recipe["bf16"] is True

@@ -29,7 +29,7 @@ from browser_rl.errors import ConfigError
 from browser_rl.metrics import grouped
 from browser_rl.model_card import write_model_card
 from browser_rl.model_source import resolve_model
-from browser_rl.options import EpisodeArguments, ModelOptions
+from browser_rl.options import EpisodeArguments, ModelOptions, checkpoint_activations_by_trls_default
 from browser_rl.prompts import ChatTurns
 from warm_start.demonstrations import Demonstration, load, made_with, sft_dataset
 
@@ -51,6 +51,7 @@ class WarmUpConfig(SFTConfig):
             self.use_cpu = True
         elif self.bf16 is None:
             self.bf16 = torch.cuda.is_bf16_supported() and not self.fp16
+        checkpoint_activations_by_trls_default(self)
         super().__post_init__()
 
 
