@@ -41,7 +41,7 @@ from browser_rl.evaluation_report import (
 from browser_rl.generation import Reply
 from browser_rl.gguf import is_gguf
 from browser_rl.metrics import grouped
-from browser_rl.model_card import rewrite_model_card
+from browser_rl.model_card import CARD_FILE, rewrite_model_card
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.progress import on_a_terminal, time_left
 from browser_rl.rollout import EpisodeRunner, Policy
@@ -199,10 +199,12 @@ def settings_not_resumable(earlier: dict, settings: dict) -> list[str]:
 
 def model_files(model: str) -> list:
     """The files of a model directory, with their sizes and times: a model trained further in place is another
-    model, whose evaluation must not resume an earlier one's."""
+    model, whose evaluation must not resume an earlier one's. Its card is left out: every evaluation beside the model
+    writes it again."""
     if not Path(model).is_dir():
         return []
-    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(Path(model).iterdir()) if f.is_file()]
+    files = [f for f in sorted(Path(model).iterdir()) if f.is_file() and f.name != CARD_FILE]
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
 
 
 def still_to_play(instances: list[TaskInstance], records: list[dict]) -> list[TaskInstance]:

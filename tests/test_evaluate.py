@@ -33,6 +33,7 @@ from browser_rl.evaluation import (
     still_to_play,
 )
 from browser_rl.evaluation_report import CHART_FILE, measured_success, report, wilson_interval
+from browser_rl.model_card import write_model_card
 from browser_rl.options import EpisodeArguments, ServerArguments, TaskArguments
 from browser_rl.traces import traced_in_evaluation
 from helpers import ROOT, parse_config, within
@@ -186,12 +187,18 @@ def test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it(tiny_model, e
 
 
 def test_more_episodes_go_on_from_those_recorded_and_fewer_are_refused(tiny_model, env_server, tmp_path):
+    model = tmp_path / "model"  # a trained policy, with its card: an evaluation beside it writes the card again
+    shutil.copytree(tiny_model, model)
+    EpisodeSettings(max_turns=1).save(model)
+    write_model_card(model, EpisodeSettings(max_turns=1), base_model=tiny_model, method="GRPO", tasks=["click-test"])
+
     def evaluate_episodes(n: int) -> list[str]:
-        args = EvalArguments(model=tiny_model, episodes=n, batch_size=2, output_dir=str(tmp_path))
-        evaluate(args, TaskArguments(), EpisodeArguments(max_turns=1), ServerArguments(env_url=[env_server.url]))
-        return (tmp_path / "episodes.jsonl").read_text().splitlines()
+        args = EvalArguments(model=str(model), episodes=n, batch_size=2, output_dir=str(model / "eval"))
+        evaluate(args, TaskArguments(), EpisodeArguments(), ServerArguments(env_url=[env_server.url]))
+        return (model / "eval" / "episodes.jsonl").read_text().splitlines()
 
     first = evaluate_episodes(2)
+    assert "`eval` |" in (model / "README.md").read_text()  # the card was written again, with this evaluation
     more = evaluate_episodes(3)
     assert more[:2] == first  # kept, not played again
     assert [json.loads(line)["seed"] for line in more] == [1_000_000, 1_000_001, 1_000_002]
