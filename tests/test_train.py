@@ -210,6 +210,12 @@ def test_a_step_whose_every_group_agrees_trains_on_nothing_and_still_logs_its_li
     run_training(tiny_model, env_server.url, tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.name == "train" and " | reward " in r.getMessage()]
     assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
+    # Each step says when its play is done, before its training: a real model's takes minutes either way.
+    said = [m.group() for r in caplog.records if (m := re.match(r"step \d/2 played 4 episodes in ", r.getMessage()))]
+    assert said == ["step 1/2 played 4 episodes in ", "step 2/2 played 4 episodes in "]
+    steps = [r.getMessage() for r in caplog.records if r.name == "train" and r.getMessage().startswith("step ")]
+    said_when = [m[:8] + (" played" if re.match(r"step \d/2 played", m) else " trained") for m in steps]
+    assert said_when == ["step 1/2 played", "step 1/2 trained", "step 2/2 played", "step 2/2 trained"]
     assert all("entropy nan" in line and "(100% of micro-batches skipped: no advantage)" in line for line in lines)
     # The optimizer stepped on zero gradients, as it does when every micro-batch is run: its state counts both steps.
     optimizer = torch.load(tmp_path / "checkpoint-2" / "optimizer.pt", weights_only=False)
