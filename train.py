@@ -54,6 +54,8 @@ log = logging.getLogger("train")
 
 # Without max_groups_per_step, a step that wants informative groups plays at most this many times its groups.
 MAX_GROUPS_PER_STEP = 4
+# A step whose play took this long (a real model on a CPU) trains for minutes more before its line: it says between.
+SAY_PLAYED_AFTER_S = 60.0
 OPTIONS = (TaskArguments, EpisodeArguments, ServerArguments, SftPhaseArguments, RecipeConfig, ModelOptions)
 
 
@@ -102,13 +104,14 @@ def make_rollout_func(
         played = draws.play(instances, trainer.num_generations, step, rounds)
         episodes = [played.episodes[slot] for slot in rounds.mine]
         figures = rounds.figures(played)
-        if trainer.accelerator.is_main_process:  # its training can take as long again: say the play is done
+        play_s = figures["time/generation_s"] + figures["time/environment_s"]
+        if trainer.accelerator.is_main_process and play_s >= SAY_PLAYED_AFTER_S:
             log.info(
                 "step %d/%d played %d episodes in %s, %.0f%% solved%s; training",
                 step,
                 args.max_steps,
                 figures["episodes/count"],
-                duration(figures["time/generation_s"] + figures["time/environment_s"]),
+                duration(play_s),
                 100 * figures["episodes/success_rate"],
                 group_signal(figures),
             )

@@ -111,6 +111,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
         r"full fine-tune: [\d,]+ trainable parameters of [\d,]+ \([\d.]+%\), generation with transformers", log
     )
     assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
+    assert "step 1/1 played" not in log  # a step of seconds has one line (train.SAY_PLAYED_AFTER_S)
     assert "stopped the local environment server" in log
     assert "Warning:" not in log, [line for line in log.splitlines() if "Warning:" in line]  # a clean run
     assert (tmp_path / "model.safetensors").exists()
@@ -203,14 +204,15 @@ def test_episodes_whose_group_agrees_are_not_run_and_the_step_moves_the_weights_
 
 
 def test_a_step_whose_every_group_agrees_trains_on_nothing_and_still_logs_its_line(
-    tiny_model, env_server, tmp_path, caplog
+    tiny_model, env_server, tmp_path, caplog, monkeypatch
 ):
     """The random tiny model never solves click-test: every reward is 0, every micro-batch skipped."""
     caplog.set_level(logging.INFO, logger="train")
+    monkeypatch.setattr(train, "SAY_PLAYED_AFTER_S", 0.0)  # every step says when it has played, as a slow one does
     run_training(tiny_model, env_server.url, tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.name == "train" and " | reward " in r.getMessage()]
     assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
-    # Each step says when its play is done, before its training: a real model's takes minutes either way.
+    # A slow step says when its play is done, before its training: a real model's takes minutes either way.
     said = [m.group() for r in caplog.records if (m := re.match(r"step \d/2 played 4 episodes in ", r.getMessage()))]
     assert said == ["step 1/2 played 4 episodes in ", "step 2/2 played 4 episodes in "]
     steps = [r.getMessage() for r in caplog.records if r.name == "train" and r.getMessage().startswith("step ")]
