@@ -29,7 +29,7 @@ from browser_rl.errors import ConfigError, EnvironmentUnavailable
 from browser_rl.evaluation_report import measured_success
 from browser_rl.generation import GenerateFn, Reply, keep_vllm_cpu_weights_as_loaded, trainer_generate
 from browser_rl.guidance import guided
-from browser_rl.metrics import MetricsLog, StepPrinter, group_signal, step_metrics
+from browser_rl.metrics import MetricsLog, StepPrinter, say_a_slow_play, step_metrics
 from browser_rl.model_source import resolve_model
 from browser_rl.options import (
     EpisodeArguments,
@@ -39,7 +39,7 @@ from browser_rl.options import (
     SftPhaseArguments,
     TaskArguments,
 )
-from browser_rl.progress import TerminalProgress, duration, on_a_terminal
+from browser_rl.progress import TerminalProgress, on_a_terminal
 from browser_rl.rollout import EpisodeRunner, Policy, model_policy
 from browser_rl.servers import open_server_pool
 from browser_rl.sft_phases import SftPhases
@@ -54,8 +54,6 @@ log = logging.getLogger("train")
 
 # Without max_groups_per_step, a step that wants informative groups plays at most this many times its groups.
 MAX_GROUPS_PER_STEP = 4
-# A step whose play took this long (a real model on a CPU) trains for minutes more before its line: it says between.
-SAY_PLAYED_AFTER_S = 60.0
 OPTIONS = (TaskArguments, EpisodeArguments, ServerArguments, SftPhaseArguments, RecipeConfig, ModelOptions)
 
 
@@ -104,17 +102,8 @@ def make_rollout_func(
         played = draws.play(instances, trainer.num_generations, step, rounds)
         episodes = [played.episodes[slot] for slot in rounds.mine]
         figures = rounds.figures(played)
-        play_s = figures["time/generation_s"] + figures["time/environment_s"]
-        if trainer.accelerator.is_main_process and play_s >= SAY_PLAYED_AFTER_S:
-            log.info(
-                "step %d/%d played %d episodes in %s, %.0f%% solved%s; training",
-                step,
-                args.max_steps,
-                figures["episodes/count"],
-                duration(play_s),
-                100 * figures["episodes/success_rate"],
-                group_signal(figures),
-            )
+        if trainer.accelerator.is_main_process:
+            say_a_slow_play(step, args.max_steps, figures)
         if traced:
             traces.write(step, episodes, trainer.callback_handler.callbacks)
         if len(draws.sampler.weights) > 1:  # what the sampler will draw next

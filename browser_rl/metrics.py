@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from browser_rl.progress import time_left
+from browser_rl.progress import duration, time_left
 from browser_rl.tasks import split_of
 
 log = logging.getLogger("train")  # the step line is the training run's, whichever module writes it
@@ -23,6 +23,7 @@ log = logging.getLogger("train")  # the step line is the training run's, whichev
 METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "learning_curve.png"
 MAX_TASK_LINES = 8  # more tasks than this, and the learning curve draws one line per split instead
+SAY_PLAYED_AFTER_S = 60.0  # a step's play at least this long is said before its training (say_a_slow_play)
 
 
 # Warnings of libraries that the project cannot act on, said once here instead of in every run (message start,
@@ -166,6 +167,19 @@ def group_signal(logs: dict) -> str:
     return (
         f" | groups {logs['groups/informative']:.0f}/{logs['groups/in_update']:.0f} disagree,"
         f" {logs['groups/played']:.0f} played{skipped}{guided}"
+    )
+
+
+def say_a_slow_play(step: int, max_steps: int, figures: dict) -> None:
+    """ "step 3/10 played 48 episodes in 2m 56s, 31% solved | groups 4/4 disagree, 12 played; training", where the
+    play took SAY_PLAYED_AFTER_S or more: such a step (a real model on a CPU) trains minutes more before its line."""
+    play_s = figures["time/generation_s"] + figures["time/environment_s"]
+    if play_s < SAY_PLAYED_AFTER_S:
+        return
+    log.info(
+        "step %d/%d played %d episodes in %s, %.0f%% solved%s; training",
+        *(step, max_steps, figures["episodes/count"], duration(play_s), 100 * figures["episodes/success_rate"]),
+        group_signal(figures),
     )
 
 

@@ -20,6 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from transformers import AutoModelForCausalLM
 
 import train
+from browser_rl import metrics
 from browser_rl.command_options import EvalArguments
 from browser_rl.episode_settings import EpisodeSettings, saved_with
 from browser_rl.errors import ConfigError
@@ -111,7 +112,7 @@ def test_train_py_starts_its_own_server_and_stops_it_at_exit(tiny_model, tmp_pat
         r"full fine-tune: [\d,]+ trainable parameters of [\d,]+ \([\d.]+%\), generation with transformers", log
     )
     assert re.search(r"step 1/1 \| success [\d.]+% \| reward [\d.]+", log)
-    assert "step 1/1 played" not in log  # a step of seconds has one line (train.SAY_PLAYED_AFTER_S)
+    assert "step 1/1 played" not in log  # a step of seconds has one line (metrics.SAY_PLAYED_AFTER_S)
     assert "stopped the local environment server" in log
     assert "Warning:" not in log, [line for line in log.splitlines() if "Warning:" in line]  # a clean run
     assert (tmp_path / "model.safetensors").exists()
@@ -208,7 +209,7 @@ def test_a_step_whose_every_group_agrees_trains_on_nothing_and_still_logs_its_li
 ):
     """The random tiny model never solves click-test: every reward is 0, every micro-batch skipped."""
     caplog.set_level(logging.INFO, logger="train")
-    monkeypatch.setattr(train, "SAY_PLAYED_AFTER_S", 0.0)  # every step says when it has played, as a slow one does
+    monkeypatch.setattr(metrics, "SAY_PLAYED_AFTER_S", 0.0)  # every step says when it has played, as a slow one does
     run_training(tiny_model, env_server.url, tmp_path)
     lines = [r.getMessage() for r in caplog.records if r.name == "train" and " | reward " in r.getMessage()]
     assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
