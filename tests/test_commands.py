@@ -299,7 +299,7 @@ RUN_BY = {
         "tests/test_allowed_origins.py::test_an_episode_plays_on_the_app_where_it_runs_and_its_reset_names_the_origins_allowed",
         "on a free port, which the task module reads from NOTES_APP_URL",
     ),
-    "python -m vllm.entrypoints.openai.api_server": (SERVED, "the real model in float32 on vLLM's CPU build"),
+    "python -m vllm.entrypoints.openai.api_server": (SERVED, "the real model in float32, eager, on vLLM's CPU build"),
     "python evaluate.py --model http://": (SERVED, "run_agent.py's endpoint policy, the one evaluate.py loads"),
     "python run_agent.py --model http://": (SERVED, "the real model in float32 on vLLM's CPU build"),
     "python run_agent.py --model http://127.0.0.1:8000 --task_modules": (
