@@ -84,12 +84,11 @@ lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Both on two processes, a test file to each in turn, the longest first (tests/conftest.py): many tests wait (on pages,
+# servers, subprocesses), and the other process's tests fill those waits (docs/test_suite.md).
 test: lint
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadfile --no-loadscope-reorder
 
-# Both tiers on two processes, a test file to each in turn, the longest first (tests/conftest.py): the slow tier's
-# tests mostly wait (on pages, servers, subprocesses), and the other process's tests fill those waits
-# (docs/test_suite.md).
 test-all: lint windowed-browser
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 

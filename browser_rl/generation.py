@@ -10,14 +10,19 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from peft import AutoPeftModelForCausalLM
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, GenerationConfig
-from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 from browser_rl.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    # For the annotations only: TRL's trainer module imports vLLM wherever it is installed, about 4 s that evaluating,
+    # recording and playing (which sample without a trainer) would pay at every start.
+    from trl import GRPOTrainer
 
 
 @dataclass
@@ -208,12 +213,12 @@ def cached_generate(model, tokenizer, temperature: float, max_new_tokens: int) -
     return lambda contexts: cached.replies(model, contexts)
 
 
-def trainer_generate(trainer: GRPOTrainer) -> GenerateFn:
+def trainer_generate(trainer: "GRPOTrainer") -> GenerateFn:
     """The trainer's own sampling: its colocated vLLM engine, or the training model itself."""
     return vllm_generate(trainer) if trainer.use_vllm else transformers_generate(trainer)
 
 
-def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
+def transformers_generate(trainer: "GRPOTrainer") -> GenerateFn:
     """Sampling with the training model at the trainer's generation settings, each episode going on from its cache
     of its last turn (TurnCachedGeneration): a rollout makes one, and the weights do not change during it."""
     cached = TurnCachedGeneration(trainer.generation_config, trainer.eos_token_ids, trainer.temperature)
@@ -227,7 +232,7 @@ def transformers_generate(trainer: GRPOTrainer) -> GenerateFn:
     return generate
 
 
-def vllm_generate(trainer: GRPOTrainer) -> GenerateFn:
+def vllm_generate(trainer: "GRPOTrainer") -> GenerateFn:
     """Batched sampling with the colocated vLLM engine, whose weights the trainer syncs before each rollout."""
 
     def generate(contexts: list[list[int]]) -> list[Reply]:

@@ -85,6 +85,17 @@ def test_nothing_that_trains_evaluates_records_or_launches_loads_the_environment
     assert loaded.stdout == "[]\n"
 
 
+def test_what_samples_without_a_trainer_loads_neither_vllm_nor_trls_trainer():
+    # TRL's trainer module imports vLLM wherever it is installed: about 4 s more at every start of these commands,
+    # for nothing they use (docs/test_suite.md).
+    commands = ("evaluate", "run_agent", "warm_start.record")
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {commands!r}]; "
+    code += "print(sorted(m for m in ('vllm', 'trl.trainer.grpo_trainer') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert loaded.stdout == "[]\n"
+
+
 def test_the_environment_package_installs_alone_and_its_server_runs_from_the_installed_copy(tmp_path):
     """What its container does: the folder installed (its own pyproject.toml), then run from anywhere."""
     installed, source = tmp_path / "site", tmp_path / "web_env"

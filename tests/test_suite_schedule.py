@@ -1,5 +1,5 @@
-"""The suite's own schedule: `make test-all` hands whole test files to two processes, the longest first, so that no
-long file starts while the other process is about to run out of work (docs/test_suite.md)."""
+"""The suite's own schedule: `make test` and `make test-all` hand whole test files to two processes, the longest
+first, so that no long file starts while the other process is about to run out of work (docs/test_suite.md)."""
 
 import re
 
@@ -13,11 +13,13 @@ def test_the_collection_runs_the_longest_files_first_and_files_not_yet_measured_
     assert seconds == sorted(seconds, reverse=True), files
 
 
-def test_make_test_all_hands_out_the_files_in_the_collections_order():
+def test_make_test_and_test_all_hand_out_the_files_in_the_collections_order_to_two_processes():
     # pytest-xdist's loadfile otherwise orders the files by their number of tests, which puts the long one-test
     # files last.
-    (recipe,) = re.findall(r"^test-all:.*\n\t(.*)", (ROOT / "Makefile").read_text(), re.M)
-    assert "--dist loadfile" in recipe and "--no-loadscope-reorder" in recipe
+    recipes = dict(re.findall(r"^(test|test-all):.*\n\t(.*)", (ROOT / "Makefile").read_text(), re.M))
+    assert set(recipes) == {"test", "test-all"}
+    for recipe in recipes.values():
+        assert "-n 2 --dist loadfile --no-loadscope-reorder" in recipe
 
 
 def test_the_measured_files_are_the_suites_files():
