@@ -76,24 +76,25 @@ def test_the_recipe_installed_as_a_package_runs_the_workflows_config_from_a_user
     assert where.startswith(str(installed)) and tasks == "['book-clinic', 'pay-bills', 'shop-checkout']"
 
 
+def modules_loaded(imports, watched) -> list[str]:
+    """The modules of the packages `watched` that importing `imports` loads, in one fresh interpreter: a module that
+    loaded one of them would load it beside the others too."""
+    code = f"import importlib, sys; [importlib.import_module(m) for m in {list(imports)!r}]; "
+    code += f"print(sorted(m for m in sys.modules if any(m == w or m.startswith(w + '.') for w in {list(watched)!r})))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return ast.literal_eval(run.stdout)
+
+
 def test_nothing_that_trains_evaluates_records_or_launches_loads_the_environment_server():
-    # One interpreter for all of them: a module that loaded the server would load it beside the others too.
-    code = f"import importlib, sys; [importlib.import_module(m) for m in {product_modules()!r}]; "
-    code += "print(sorted(m for m in sys.modules if m.startswith('web_env.server')))"
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert loaded.stdout == "[]\n"
+    assert modules_loaded(product_modules(), ["web_env.server"]) == []
 
 
 def test_what_samples_without_a_trainer_loads_neither_vllm_nor_trls_trainer():
     # TRL's trainer module imports vLLM wherever it is installed: about 4 s more at every start of these commands,
     # for nothing they use (docs/test_suite.md).
-    commands = ("evaluate", "run_agent", "warm_start.record")
-    code = f"import importlib, sys; [importlib.import_module(m) for m in {commands!r}]; "
-    code += "print(sorted(m for m in ('vllm', 'trl.trainer.grpo_trainer') if m in sys.modules))"
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert loaded.stdout == "[]\n"
+    commands = ["evaluate", "run_agent", "warm_start.record"]
+    assert modules_loaded(commands, ["vllm", "trl.trainer.grpo_trainer"]) == []
 
 
 def test_the_environment_package_installs_alone_and_its_server_runs_from_the_installed_copy(tmp_path):
