@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from filelock import FileLock
 from transformers import AutoTokenizer
 
@@ -147,6 +148,11 @@ def file_of(item) -> str:
 def pytest_configure(config):
     for message, category in THIRD_PARTY_WARNINGS:  # what a run's setup_logging silences, silenced here too
         config.addinivalue_line("filterwarnings", f"ignore:{re.escape(message)}:{category.__name__}")
+    # The suite's two processes share two cores. Torch in each, and in what each starts, would otherwise run a thread
+    # a core, and OpenMP's threads wait for each other by spinning on the core the other process needs: two learning
+    # benchmarks side by side took 354 s so, and 227 s on one thread each (docs/test_suite.md).
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 def pytest_sessionfinish(session, exitstatus):
