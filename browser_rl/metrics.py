@@ -76,16 +76,18 @@ def episodes_by_task(episodes: list) -> dict[str, list]:
 
 def episode_metrics(episodes: list) -> dict[str, float]:
     """Success, turns, the share of replies without an action and of episodes cut at the engine's length, over a
-    batch of episodes (rollout.Episode), and each task's success."""
+    batch of episodes (rollout.Episode), and each task's success. Success is the policy's own: a guided episode's
+    (browser_rl.guidance) is partly its guide's, so it counts in `guided/success_rate` only."""
     replies = [action for e in episodes for action in e.actions]
-    by_task = episodes_by_task(episodes)
+    episodes_alone = [e for e in episodes if not e.guide_turns]
+    by_task = episodes_by_task(episodes_alone)
     per_task = {
         f"tasks/{task}/success_rate": sum(e.solved for e in of_task) / len(of_task) for task, of_task in by_task.items()
     }
     # With many tasks, success on each of BrowserGym's two splits (a run on browsergym-train has 62) reads at once.
     per_split = {}
     if len(by_task) > 1:
-        by_split = grouped(episodes, lambda e: split_of(e.task_name))
+        by_split = grouped(episodes_alone, lambda e: split_of(e.task_name))
         for split, of_split in sorted(by_split.items()):
             per_split[f"splits/{split}/success_rate"] = sum(e.solved for e in of_split) / len(of_split)
     # A reset restarted in the page costs the environment a fraction of one that loads it (docs/environment.md).
@@ -94,7 +96,7 @@ def episode_metrics(episodes: list) -> dict[str, float]:
     return (
         {
             "episodes/count": len(episodes),
-            "episodes/success_rate": sum(e.solved for e in episodes) / len(episodes),
+            "episodes/success_rate": sum(e.solved for e in episodes_alone) / len(episodes_alone),
             "episodes/turns": len(replies) / len(episodes),
             "episodes/unparsed_share": sum(a is None for a in replies) / max(len(replies), 1),
             "episodes/out_of_context_share": sum(e.out_of_context for e in episodes) / len(episodes),

@@ -92,3 +92,12 @@ def test_the_learning_curve_draws_a_line_per_task_for_a_few_and_per_split_for_ma
     many[1] |= {"splits/test/success_rate": 0.4, "splits/train/success_rate": 0.6}
     assert breakdown(many) == [("test split", "splits/test/success_rate"), ("train split", "splits/train/success_rate")]
     assert breakdown({1: {"tasks/click-test/success_rate": 1.0}}) == []
+
+
+def test_a_steps_success_is_the_policys_own_not_its_guided_episodes():
+    solved = dict(done=True, env_reward=1.0)
+    guided = [Episode("login-user", seed, guide_turns=2, **solved) for seed in (0, 1)]
+    alone = [Episode("login-user", 2), Episode("login-user", 3, **solved), Episode("click-button", 4)]
+    logs = episode_metrics(guided + alone)
+    assert logs["episodes/success_rate"] == 1 / 3 and logs["tasks/login-user/success_rate"] == 0.5
+    assert logs["splits/train/success_rate"] == 0.5 and logs["episodes/count"] == 5  # login-user: train split
