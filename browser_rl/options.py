@@ -255,10 +255,16 @@ class RecipeConfig(GRPOConfig):
         super().__post_init__()
 
 
+@dataclass
 class ModelOptions(ModelConfig):
     """TRL's ModelConfig (the model and LoRA), under its own heading in --help after the recipe's groups."""
 
     _argument_group_name = "model: TRL's ModelConfig"
+
+    # Not TRL's 0.05: the policy samples in training mode, so dropout would make a reply's log-probability as sampled
+    # differ from the same reply's in the update by noise, and it made a step's sampling 3 times slower on two CPU
+    # cores (docs/rl_gain.md, "LoRA at ten times the learning rate").
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout; 0 by default here, unlike TRL's 0.05"})
 
     def peft_config(self):
         """TRL's PEFT config of these options (None without use_peft), with the recipe's one LoRA default for

@@ -161,6 +161,14 @@ def test_lora_targets_every_linear_layer_of_lfm2(tiny_model):
     )
 
 
+def test_lora_trains_without_dropout_unless_asked_so_a_reply_is_scored_as_it_was_sampled():
+    # configs/smollm2_page_reading_cpu.yaml names no LoRA option: --use_peft alone must not bring TRL's 0.05.
+    *_, model_args = parse_config("configs/smollm2_page_reading_cpu.yaml", "--use_peft")
+    assert model_args.peft_config().lora_dropout == 0.0
+    *_, model_args = parse_config("configs/smollm2_page_reading_cpu.yaml", "--use_peft", "--lora_dropout", "0.1")
+    assert model_args.peft_config().lora_dropout == 0.1
+
+
 def test_the_dataset_has_one_row_per_seed_with_a_unique_prompt():
     dataset = seed_dataset(5)
     assert dataset["seed"] == [0, 1, 2, 3, 4]
