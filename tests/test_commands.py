@@ -109,6 +109,10 @@ FROM_THE_HUB = "the config's model is on the Hub: the test runs the same options
 REAL_MODEL_PATH = "tests/test_real_model.py::test_a_gguf_file_records_warms_up_trains_a_grpo_step_and_evaluates"
 REAL_SIZED_DOWN = "the test records, warms up, trains a step and evaluates the real model on click-test, sized down"
 CURRICULUM = "tests/test_train.py::test_the_curriculum_starts_from_an_evaluation_sampled_at_the_training_temperature"
+CLONING_SIZED_DOWN = (
+    "the shown recording takes 17 minutes here: the test records a tiny LFM2's own episodes of click-test (the "
+    "config's options: tests/test_config.py -k page_reading_steps)"
+)
 NO_HUB = "no Hub here: the test checks the folder a push uploads"
 SERVED = "tests/test_run_agent.py::test_a_served_model_plays_exactly_the_episodes_it_plays_in_process"
 MODAL_COMMANDS = "tests/test_modal_app.py::test_each_command_ships_its_config_and_options_and_says_where_its_output_is"
@@ -129,7 +133,15 @@ RUN_BY = {
         REAL_MODEL_PATH,
         REAL_SIZED_DOWN,
     ),
-    "python evaluate.py --model outputs/smollm2-page-reading-warm-up --tasks page-reading": (
+    "python -m warm_start.record --config configs/warm_up/smollm2_page_reading_bc_cpu.yaml": (
+        "tests/test_warm_up.py::test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with",
+        CLONING_SIZED_DOWN,
+    ),
+    "python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_bc_cpu.yaml": (
+        REAL_MODEL_PATH,
+        REAL_SIZED_DOWN,
+    ),
+    "python evaluate.py --model outputs/smollm2-page-reading-bc --tasks page-reading": (
         "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
         SLOW_RUN,
     ),
@@ -253,11 +265,6 @@ RUN_BY = {
     "python train.py --config my.yaml --curriculum true --curriculum_start": (
         CURRICULUM,
         "my.yaml is the reader's: the smoke config",
-    ),
-    "python -m warm_start.record --config configs/warm_up/smollm2_page_reading_cpu.yaml --tasks page-reading"
-    " --sampled_by": (
-        "tests/test_warm_up.py::test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with",
-        "the tiny LFM2's own episodes, a few",
     ),
     "python evaluate.py --model outputs/book-flight --config configs/book_flight.yaml": (
         "tests/test_evaluate.py::test_evaluate_a_full_model_writes_episodes_summary_and_the_traces_asked_for",

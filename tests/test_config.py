@@ -350,6 +350,23 @@ def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_c
     assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0
 
 
+def test_the_page_reading_steps_each_start_from_the_model_the_step_before_made():
+    """Warm-up, filtered behaviour cloning, GRPO (README.md's real-model commands): each config names the last one's
+    output, and cloning samples its episodes as GRPO will (docs/rl_gain.md measured that pipeline)."""
+    warm_up_config = ["--config", str(ROOT / "configs/warm_up/smollm2_page_reading_cpu.yaml")]
+    cloning_config = ["--config", str(ROOT / "configs/warm_up/smollm2_page_reading_bc_cpu.yaml")]
+    _, _, warmed, _ = parse_command_line(warm_up.OPTIONS, warm_up_config)
+    sampling, tasks, _, _, tokenizer_of = parse_command_line(record.OPTIONS, cloning_config)
+    learning, _, cloned, cloned_from = parse_command_line(warm_up.OPTIONS, cloning_config)
+    grpo_tasks, *_, grpo, grpo_from = parse_config("configs/smollm2_page_reading_cpu.yaml")
+    assert sampling.sampled_by == tokenizer_of.model_name_or_path == cloned_from.model_name_or_path
+    assert sampling.sampled_by == warmed.output_dir
+    assert sampling.demonstrations == learning.demonstrations and not learning.keep_failed
+    assert sampling.temperature == grpo.temperature and tasks.task_weights() == grpo_tasks.task_weights()
+    assert sampling.first_seed + sampling.episodes <= grpo_tasks.num_task_seeds  # training seeds, never held-out ones
+    assert grpo_from.model_name_or_path == cloned.output_dir
+
+
 @pytest.mark.parametrize("command", [train, evaluate_py, record, warm_up], ids=lambda module: module.__name__)
 def test_every_option_s_help_is_shown(command, capsys):
     """argparse formats each help text with %: a stray one (say, "50%") breaks --help, and the slow tier's run of
@@ -366,6 +383,8 @@ def test_configs_index_lists_every_config_each_named_on_the_one_rule():
     assert sorted(listed) == files
     rule = re.compile(r"(accelerate/[a-z0-9]+|(warm_up/)?(smoke|smollm2_[a-z_]+_cpu|learning_[a-z_]+|[a-z_]+))\.yaml")
     assert [name for name in files if not rule.fullmatch(name)] == []
-    for name in files:  # a warm-up is step 1 of a run of the same name, or says it stands alone
+    for name in files:  # a warm-up is step 1 of a run of the same name, comes before a run it names, or stands alone
         if name.startswith("warm_up/") and not (ROOT / "configs" / name.removeprefix("warm_up/")).exists():
-            assert "a warm-up only" in index.split(f"`{name}`")[1].splitlines()[0], name
+            line = index.split(f"`{name}`")[1].splitlines()[0]
+            before = re.findall(r"before `([a-z_0-9]+\.yaml)`", line)
+            assert "a warm-up only" in line or (before and (ROOT / "configs" / before[0]).exists()), name
