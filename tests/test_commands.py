@@ -130,8 +130,9 @@ RUN_BY = {
         REAL_SIZED_DOWN,
     ),
     "python -m warm_start.warm_up --config configs/warm_up/smollm2_page_reading_cpu.yaml": (
-        REAL_MODEL_PATH,
-        REAL_SIZED_DOWN,
+        "tests/test_warm_up.py::test_a_warm_up_with_validation_keeps_the_model_of_its_lowest_validation_loss",
+        "the shown warm-up takes 22 minutes here: the test runs the config's early stop on a tiny LFM2's click-test "
+        "demonstrations",
     ),
     "python -m warm_start.record --config configs/warm_up/smollm2_page_reading_bc_cpu.yaml": (
         "tests/test_warm_up.py::test_filtered_behaviour_cloning_records_a_models_own_episodes_with_the_settings_it_was_trained_with",
@@ -141,7 +142,7 @@ RUN_BY = {
         REAL_MODEL_PATH,
         REAL_SIZED_DOWN,
     ),
-    "python evaluate.py --model outputs/smollm2-page-reading-bc --tasks page-reading": (
+    "python evaluate.py --model outputs/smollm2-page-reading-warm-up --tasks page-reading": (
         "tests/test_evaluate.py::test_evaluate_a_task_list_prints_a_table_per_task_and_draws_it",
         SLOW_RUN,
     ),

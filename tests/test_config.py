@@ -350,21 +350,24 @@ def test_the_train_split_config_trains_on_browsergym_s_62_train_tasks_with_the_c
     assert training_args.use_vllm is False and training_args.generation_batch_size % training_args.num_generations == 0
 
 
-def test_the_page_reading_steps_each_start_from_the_model_the_step_before_made():
-    """Warm-up, filtered behaviour cloning, GRPO (README.md's real-model commands): each config names the last one's
-    output, and cloning samples its episodes as GRPO will (docs/rl_gain.md measured that pipeline)."""
+def test_the_page_reading_steps_start_from_the_warm_up_kept_at_its_lowest_validation_loss():
+    """Warm-up, then GRPO (README.md's real-model commands), and filtered behaviour cloning beside GRPO: GRPO and
+    cloning start from the warm-up's output, which keeps the model of its lowest validation loss, and cloning samples
+    its episodes as GRPO does (docs/rl_gain.md measured that pipeline)."""
     warm_up_config = ["--config", str(ROOT / "configs/warm_up/smollm2_page_reading_cpu.yaml")]
     cloning_config = ["--config", str(ROOT / "configs/warm_up/smollm2_page_reading_bc_cpu.yaml")]
-    _, _, warmed, _ = parse_command_line(warm_up.OPTIONS, warm_up_config)
+    warm_up_args, _, warmed, _ = parse_command_line(warm_up.OPTIONS, warm_up_config)
     sampling, tasks, _, _, tokenizer_of = parse_command_line(record.OPTIONS, cloning_config)
     learning, _, cloned, cloned_from = parse_command_line(warm_up.OPTIONS, cloning_config)
     grpo_tasks, *_, grpo, grpo_from = parse_config("configs/smollm2_page_reading_cpu.yaml")
+    assert warm_up_args.validation_share > 0 and warmed.load_best_model_at_end and warmed.num_train_epochs > 1
+    assert grpo_from.model_name_or_path == warmed.output_dir
     assert sampling.sampled_by == tokenizer_of.model_name_or_path == cloned_from.model_name_or_path
     assert sampling.sampled_by == warmed.output_dir
     assert sampling.demonstrations == learning.demonstrations and not learning.keep_failed
     assert sampling.temperature == grpo.temperature and tasks.task_weights() == grpo_tasks.task_weights()
     assert sampling.first_seed + sampling.episodes <= grpo_tasks.num_task_seeds  # training seeds, never held-out ones
-    assert grpo_from.model_name_or_path == cloned.output_dir
+    assert cloned.output_dir not in (warmed.output_dir, grpo.output_dir)
 
 
 @pytest.mark.parametrize("command", [train, evaluate_py, record, warm_up], ids=lambda module: module.__name__)

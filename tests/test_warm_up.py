@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from datasets import Dataset
 from huggingface_hub import RepoUrl
 from transformers import AutoModelForCausalLM
@@ -210,20 +211,15 @@ def test_a_warm_up_with_validation_keeps_the_model_of_its_lowest_validation_loss
     )
     arguments = ["--config", str(ROOT / "configs/warm_up/smoke.yaml"), "--demonstrations", str(demonstrations)]
     arguments += ["--model_name_or_path", tiny_model, "--output_dir", str(tmp_path / "warm"), "--keep_failed", "true"]
-    arguments += [
-        "--validation_share",
-        "0.25",
-        "--num_train_epochs",
-        "4",
-        "--max_steps",
-        "-1",
-        "--learning_rate",
-        "1e-2",
-    ]
+    arguments += ["--max_steps", "-1", "--learning_rate", "1e-2", "--logging_strategy", "epoch"]
     with pytest.raises(ConfigError, match="validation_share: set eval_strategy"):
-        warm_up.main(*parse_command_line(warm_up.OPTIONS, arguments))
-    arguments += ["--eval_strategy", "epoch", "--save_strategy", "epoch", "--load_best_model_at_end", "true"]
-    arguments += ["--save_only_model", "true", "--save_total_limit", "1", "--logging_strategy", "epoch"]
+        warm_up.main(*parse_command_line(warm_up.OPTIONS, [*arguments, "--validation_share", "0.25"]))
+    # The early stop as README.md's page-reading warm-up runs it: its config's options.
+    page_reading = yaml.safe_load((ROOT / "configs/warm_up/smollm2_page_reading_cpu.yaml").read_text())
+    early_stop = ["validation_share", "num_train_epochs", "eval_strategy", "save_strategy", "load_best_model_at_end"]
+    for key in [*early_stop, "save_only_model", "save_total_limit"]:
+        arguments += [f"--{key}", str(page_reading[key])]
+    assert [page_reading[key] for key in early_stop] == [0.25, 4, "epoch", "epoch", True]
     with caplog.at_level("INFO"):
         warm_up.main(*parse_command_line(warm_up.OPTIONS, arguments))
     assert "18 episodes" in caplog.text and "6 held out to validate on" in caplog.text  # 2 of each seed's 3 kept
